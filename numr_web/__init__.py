@@ -1,0 +1,14 @@
+"""numr_web: Group Normalization on NumPy, CUDA (CuPy) and WebGPU (WGSL), with autograd to any order."""
+from numr_web import autograd, ops
+from numr_web.autograd import Tensor
+from numr_web.devices import to_device, to_numpy
+from numr_web.errors import BackendUnavailable, DeviceMismatch, NumrWebError, ShapeMismatch
+from numr_web.ops import group_norm
+from numr_web.schema import AmpPolicy, OpSchema, schema
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "group_norm", "ops", "autograd", "Tensor", "to_device", "to_numpy", "schema", "OpSchema", "AmpPolicy",
+    "ShapeMismatch", "BackendUnavailable", "DeviceMismatch", "NumrWebError", "__version__",
+]

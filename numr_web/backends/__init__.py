@@ -1,0 +1,76 @@
+"""Which backend owns an array, and lazy access to the backends.
+
+Backend modules are imported on first use only, so ``import numr_web`` stays
+light (it runs in Pyodide, where neither CuPy nor wgpu-py exist).
+"""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+
+from numr_web.errors import BackendUnavailable
+
+#: device name -> module holding a module-level ``BACKEND``
+BACKEND_MODULES = {
+    "cpu": "numr_web.backends.numpy_",
+    "cuda": "numr_web.backends.cupy_",
+    "webgpu": "numr_web.backends.webgpu",
+}
+DEVICES = tuple(BACKEND_MODULES)
+
+_loaded: dict = {}
+
+
+def _load(device: str):
+    be = _loaded.get(device)
+    if be is None:
+        try:
+            module = importlib.import_module(BACKEND_MODULES[device])
+        except ImportError as exc:  # the backend's own module is missing or broken
+            raise BackendUnavailable(f"the {device!r} backend could not be imported: {exc}") from exc
+        be = _loaded[device] = module.BACKEND
+    return be
+
+
+def get_backend(device: str, *, require: bool = True):
+    """The backend for ``device`` ("cpu", "cuda" or "webgpu").
+
+    With ``require`` (the default) an unusable backend raises
+    ``BackendUnavailable`` with its reason.
+    """
+    if not isinstance(device, str) or device.lower() not in BACKEND_MODULES:
+        raise ValueError(f"device: expected one of {', '.join(map(repr, DEVICES))}, got {device!r}")
+    device = device.lower()
+    be = _load(device)
+    if require:
+        ok, why = be.available()
+        if not ok:
+            raise BackendUnavailable(f"device {device!r} is not usable here: {why}")
+    return be
+
+
+def device_of(array) -> str:
+    """The device an array lives on, without importing any optional framework."""
+    if isinstance(array, np.ndarray):
+        return "cpu"
+    if getattr(array, "__numr_web_array__", False):
+        return str(array.device)
+    module = type(array).__module__ or ""
+    if module.startswith("cupy"):
+        return "cuda"
+    raise TypeError(
+        f"expected a NumPy array, a CuPy array, a WebGPU array or a numr_web.Tensor, got {type(array).__name__}"
+    )
+
+
+def backend_for(array):
+    return get_backend(device_of(array), require=False)
+
+
+def is_array(obj) -> bool:
+    try:
+        device_of(obj)
+    except TypeError:
+        return False
+    return True

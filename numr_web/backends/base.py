@@ -1,0 +1,103 @@
+"""The contract every compute backend fulfils.
+
+The op layer (``numr_web.ops``) validates arguments, applies the dtype policy
+and then calls exactly these methods on the backend that owns ``x``.  A
+backend never validates user input again: by the time it is called, shapes,
+dtypes and devices are known to be consistent.
+
+Conventions shared by all backends
+----------------------------------
+* ``x`` has shape ``(N, C, *spatial)``; ``M = (C // G) * prod(spatial)`` is the
+  number of elements in one (n, g) group.
+* ``weight``/``bias`` are ``None`` or arrays of shape ``(C,)`` on the same device.
+* Storage dtypes: float16, bfloat16, float32 (statistics and reductions
+  accumulate in float32) and float64 (accumulates in float64).
+* ``mean``/``rstd`` are ``(N, G)`` arrays of the accumulation dtype
+  (float32, or float64 for float64 input).  Variance is biased and clamped at 0.
+* The output keeps the memory layout of ``x`` (see ``numr_web.layout``).
+* ``activation`` is ``None`` or ``"silu"`` (applied after the affine).
+"""
+from __future__ import annotations
+
+
+class Backend:
+    #: short name used by ``numr-web info`` and the benchmark ("numpy", "cupy", "webgpu")
+    name: str = ""
+    #: the device string users pass to ``to_device`` ("cpu", "cuda", "webgpu")
+    device: str = ""
+
+    # -- discovery ---------------------------------------------------------
+    def available(self) -> tuple[bool, str]:
+        """(usable here, human-readable reason or description)."""
+        raise NotImplementedError
+
+    def owns(self, array) -> bool:
+        """True when ``array`` is one of this backend's array types."""
+        raise NotImplementedError
+
+    def info(self) -> dict:
+        """Facts for ``numr-web info`` (adapter, features, kernel path...)."""
+        ok, why = self.available()
+        return {"available": ok, "detail": why}
+
+    # -- transfers -----------------------------------------------------------
+    def from_numpy(self, array):
+        """Copy a NumPy array to this device, keeping its memory layout."""
+        raise NotImplementedError
+
+    def to_numpy(self, array):
+        """Copy an array of this backend back to a NumPy array."""
+        raise NotImplementedError
+
+    # -- kernels ---------------------------------------------------------------
+    def group_norm_forward(self, x, weight, bias, num_groups, eps, activation=None):
+        """Return ``(y, mean, rstd)``."""
+        raise NotImplementedError
+
+    def group_norm_backward(self, dy, x, mean, rstd, weight, bias, num_groups,
+                            activation=None):
+        """Closed-form backward from the saved statistics.
+
+        Returns ``(dx, dweight, dbias)``; the last two are ``None`` when
+        ``weight`` is ``None``.  ``bias`` is only read when ``activation`` is
+        set (the pre-activation value is recomputed from x, mean, rstd,
+        weight and bias).  dweight/dbias have the dtype of ``weight``.
+        """
+        raise NotImplementedError
+
+    # -- generic math --------------------------------------------------------
+    #: an array namespace (``numpy``, ``cupy``) used by the differentiable
+    #: composites (double backward, autograd helpers); ``None`` when the
+    #: backend does not support them.
+    xp = None
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (no-op on the CPU)."""
+
+    def copy(self, array):
+        """A same-size device copy, the yardstick for the benchmark."""
+        raise NotImplementedError
+
+    def full_like(self, array, value):
+        """An array of ``array``'s shape, dtype and device filled with ``value``."""
+        return self.xp.full_like(array, value)
+
+    def timer(self, fn, repeat: int, warmup: int = 1) -> list[float]:
+        """Seconds per call of ``fn()``, one figure per repeat.
+
+        The default times each call on the wall clock and synchronizes after
+        it.  Device backends may override this to queue several calls and
+        wait once, or to read GPU timestamps.
+        """
+        import time
+
+        for _ in range(warmup):
+            fn()
+        self.synchronize()
+        out = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            self.synchronize()
+            out.append(time.perf_counter() - t0)
+        return out

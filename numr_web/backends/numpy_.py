@@ -1,0 +1,307 @@
+"""The CPU backend: NumPy reference kernels, and the fused Numba path when it imports.
+
+The NumPy path is the portable one (it is what runs in the browser under
+Pyodide).  Every kernel works on a *group view* of shape ``(N, G, C/G, S)``
+(``S`` = product of the spatial extents), which is a strided view of the
+input for both memory layouts, so one code path serves NCHW and
+channels-last without copying the input.
+
+Numerics (shared with the WGSL, CUDA and Numba kernels):
+
+* statistics from shifted sums (shift = the group's first element), float32
+  accumulation for 16/32-bit storage; a group whose shift was poor or whose
+  sums overflowed float32 is recomputed exactly;
+* the mean is split into ``mean_hi`` (its float32 value) and ``mean_lo`` (the
+  rest), and ``y = (x - mean_hi) * scale + (b - mean_lo * scale)``, so an
+  input offset by 1e4 or 1e5 loses no precision (``x - mean_hi`` is exact);
+* the backward is the closed form from the saved statistics, centred on
+  ``mean_hi`` for the same reason.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from numr_web.backends.base import Backend
+from numr_web.errors import BackendUnavailable
+from numr_web.layout import accumulation_dtype, channels_last_perm, memory_layout
+
+CPU_PATHS = ("auto", "numpy", "fused")
+_cpu_path = os.environ.get("NUMR_WEB_CPU_PATH", "auto").strip().lower() or "auto"
+
+# A shift further than this many standard deviations from the mean loses
+# precision in s2/M - (s1/M)^2; such groups are recomputed centred on the mean.
+_POOR_SHIFT = 8.0
+# Below this |mean| * rstd the plain apply (x * scale + shift) is as exact as the
+# compensated one (error ~ 2^-24 * |mean| * rstd relative to the output).
+_PLAIN_APPLY_LIMIT = 16.0
+
+
+def set_cpu_path(path: str) -> None:
+    """Choose the CPU kernels: ``"fused"`` (Numba), ``"numpy"`` or ``"auto"``."""
+    global _cpu_path
+    if path not in CPU_PATHS:
+        raise ValueError(f"path: expected one of {CPU_PATHS}, got {path!r}")
+    _cpu_path = path
+
+
+def cpu_path() -> str:
+    """The CPU path that calls take now: ``"fused"`` or ``"numpy"``."""
+    if _cpu_path not in CPU_PATHS:
+        raise ValueError(f"NUMR_WEB_CPU_PATH: expected one of {CPU_PATHS}, got {_cpu_path!r}")
+    if _cpu_path == "numpy":
+        return "numpy"
+    ok, why = _fused_status()
+    if _cpu_path == "fused" and not ok:
+        raise BackendUnavailable(f"the fused CPU path was requested but is not usable: {why}")
+    return "fused" if ok else "numpy"
+
+
+def _fused_status():
+    try:
+        from numr_web.backends import cpu_fused
+    except ImportError as exc:
+        return False, f"numr_web.backends.cpu_fused could not be imported ({exc})"
+    return cpu_fused.available()
+
+
+def _fused():
+    from numr_web.backends import cpu_fused
+
+    return cpu_fused
+
+
+# -- views -------------------------------------------------------------------
+
+def group_view(a, num_groups: int):
+    """``(N, C, *S)`` array in NCHW or channels-last memory -> ``(N, G, C/G, S)`` view."""
+    n, c = a.shape[:2]
+    s = math.prod(a.shape[2:])
+    cpg = c // num_groups
+    if memory_layout(a.shape, a.strides, a.itemsize) == "nchw":
+        return a.reshape(n, num_groups, cpg, s)
+    mem = a.transpose(channels_last_perm(a.ndim))  # C-contiguous (N, *S, C)
+    return mem.reshape(n, s, num_groups, cpg).transpose(0, 2, 3, 1)
+
+
+def empty_like_layout(a, dtype=None):
+    """An uninitialised array shaped like ``a`` with ``a``'s memory layout (NCHW or channels-last)."""
+    dtype = a.dtype if dtype is None else dtype
+    if memory_layout(a.shape, a.strides, a.itemsize) == "nhwc":
+        perm = channels_last_perm(a.ndim)
+        mem = np.empty(tuple(a.shape[p] for p in perm), dtype=dtype)
+        return mem.transpose(np.argsort(perm))
+    return np.empty(a.shape, dtype=dtype)
+
+
+def split_mean(mean, ct):
+    """``mean`` (float64-exact or not) -> ``(mean_hi, mean_lo)`` in ``ct``, mean ~= hi + lo."""
+    mean64 = np.asarray(mean, dtype=np.float64)
+    hi = mean64.astype(ct)
+    lo = (mean64 - hi.astype(np.float64)).astype(ct)
+    return hi, lo
+
+
+# -- statistics ---------------------------------------------------------------
+
+def group_statistics(xv, eps: float, ct):
+    """Mean (float64), variance (float64) of each (n, g) of a group view ``xv``."""
+    n, g, cpg, s = xv.shape
+    m = cpg * s
+    if n * g == 0 or m == 0:
+        z = np.zeros((n, g))
+        return z, z.copy()
+    shift = xv[:, :, 0, 0].astype(ct)
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = np.subtract(xv, shift[:, :, None, None], dtype=ct)
+        s1 = d.sum(axis=(2, 3), dtype=ct).astype(np.float64)
+        np.square(d, out=d)
+        s2 = d.sum(axis=(2, 3), dtype=ct).astype(np.float64)
+    del d
+    mean_d = s1 / m
+    with np.errstate(over="ignore", invalid="ignore"):
+        var = s2 / m - mean_d * mean_d
+        redo = (mean_d * mean_d > _POOR_SHIFT * var) | (np.isfinite(s1) & ~np.isfinite(s2))
+    mean = shift.astype(np.float64) + mean_d
+    for i, j in zip(*np.nonzero(redo)):
+        # Exact two-pass in float64 for the rare group whose shift was poor or
+        # whose float32 sums overflowed (|x| beyond ~1e19).
+        grp = xv[i, j].astype(np.float64)
+        mu = grp.mean()
+        dev = grp - mu
+        mean[i, j] = mu + dev.mean()
+        var[i, j] = np.mean(dev * dev) - dev.mean() ** 2
+    return mean, np.maximum(var, 0.0)
+
+
+def _per_channel(v, num_groups, cpg, ct):
+    """weight/bias (C,) -> (1, G, C/G) in ``ct``."""
+    return np.asarray(v, dtype=ct).reshape(1, num_groups, cpg)
+
+
+def _silu_inplace(t):
+    """t <- t * sigmoid(t), in place; returns sigmoid(t) in a new buffer."""
+    with np.errstate(over="ignore"):
+        sig = np.negative(t)
+        np.exp(sig, out=sig)
+        sig += 1
+        np.reciprocal(sig, out=sig)
+    t *= sig
+    return sig
+
+
+def _affine_coefficients(mean_hi, mean_lo, rstd, weight, bias, num_groups, cpg, ct):
+    """Per (n, g, c): scale = rstd * w, shift = b - mean_lo * scale."""
+    scale = rstd.astype(ct)[:, :, None]
+    if weight is not None:
+        scale = scale * _per_channel(weight, num_groups, cpg, ct)
+    else:
+        scale = np.broadcast_to(scale, scale.shape[:2] + (cpg,))
+    shift = -(mean_lo.astype(ct)[:, :, None] * scale)
+    if bias is not None:
+        shift = shift + _per_channel(bias, num_groups, cpg, ct)
+    return scale.astype(ct), shift.astype(ct)
+
+
+def _centered_affine(xv, mean_hi, scale, shift, ct, out=None):
+    """(x - mean_hi) * scale + shift over a group view, in ``ct`` (into ``out`` if given)."""
+    t = np.subtract(xv, mean_hi[:, :, None, None], dtype=ct, out=out)
+    t *= scale[..., None]
+    t += shift[..., None]
+    return t
+
+
+def numpy_forward(x, weight, bias, num_groups, eps, activation=None):
+    ct = accumulation_dtype(x.dtype)
+    xv = group_view(x, num_groups)
+    n, g, cpg, _ = xv.shape
+    mean, var = group_statistics(xv, eps, ct)
+    rstd64 = 1.0 / np.sqrt(var + eps)
+    mean_hi, mean_lo = split_mean(mean, ct)
+    rstd = rstd64.astype(ct)
+    scale, shift = _affine_coefficients(mean_hi, mean_lo, rstd, weight, bias, num_groups, cpg, ct)
+
+    y = empty_like_layout(x)
+    yv = group_view(y, num_groups)
+    if y.size:
+        direct = yv if y.dtype == ct else None
+        with np.errstate(invalid="ignore", over="ignore"):
+            finite = np.abs(mean) * rstd64
+            plain = ct == np.float64 or not np.any(finite > _PLAIN_APPLY_LIMIT)
+            if plain:
+                # x * scale + (shift - mean_hi * scale): one pass fewer, exact enough here
+                t = np.multiply(xv, scale[..., None], dtype=ct, out=direct)
+                t += (shift - mean_hi[:, :, None] * scale)[..., None]
+            else:
+                t = _centered_affine(xv, mean_hi, scale, shift, ct, out=direct)
+            if activation == "silu":
+                _silu_inplace(t)
+        if direct is None:
+            yv[...] = t
+    return y, mean.astype(ct), rstd
+
+
+def numpy_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=None):
+    ct = accumulation_dtype(x.dtype)
+    xv = group_view(x, num_groups)
+    dyv = group_view(dy, num_groups)
+    n, g, cpg, s = xv.shape
+    m = cpg * s
+    mean_hi, mean_lo = split_mean(mean, ct)
+    rstd = np.asarray(rstd, dtype=ct)
+    w3 = _per_channel(weight, num_groups, cpg, ct) if weight is not None else None
+
+    dx = empty_like_layout(x)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        xc = np.subtract(xv, mean_hi[:, :, None, None], dtype=ct)
+        if activation == "silu":
+            scale, shift = _affine_coefficients(mean_hi, mean_lo, rstd, weight, bias, num_groups, cpg, ct)
+            z = xc * scale[..., None]
+            z += shift[..., None]
+            zs = z.copy()
+            sig = _silu_inplace(zs)  # sig = sigmoid(z)
+            # silu'(z) = s * (1 + z * (1 - s))
+            dz = 1 - sig
+            dz *= z
+            dz += 1
+            dz *= sig
+            dz *= dyv
+            del z, zs, sig
+        else:
+            dz = dyv if dyv.dtype == ct else dyv.astype(ct)
+        ds = np.einsum("ngcs,ngcs->ngc", dz, xc).astype(np.float64)
+        dbnc = dz.sum(axis=3, dtype=ct).astype(np.float64)
+
+        w64 = w3.astype(np.float64) if w3 is not None else 1.0
+        sg = (w64 * dbnc).sum(axis=2)
+        sgx = (w64 * ds).sum(axis=2)
+        r = rstd.astype(np.float64)
+        lo = mean_lo.astype(np.float64)
+        b = r * (sgx - lo * sg) / max(m, 1)
+        a = sg / max(m, 1)
+        c1 = (r[:, :, None] * w64) if w3 is not None else np.broadcast_to(r[:, :, None], (n, g, cpg))
+        c2 = -r * r * b
+        c3 = r * r * b * lo - r * a
+
+        dxv = group_view(dx, num_groups)
+        direct = dxv if dx.dtype == ct else None
+        t = np.multiply(dz, c1.astype(ct)[..., None], out=direct)
+        np.multiply(xc, c2.astype(ct)[:, :, None, None], out=xc)
+        t += xc
+        t += c3.astype(ct)[:, :, None, None]
+        if direct is None:
+            dxv[...] = t
+
+    if weight is None:
+        return dx, None, None
+    wdt = np.asarray(weight).dtype
+    dw = (r[:, :, None] * (ds - lo[:, :, None] * dbnc)).sum(axis=0).reshape(-1).astype(wdt)
+    db = dbnc.sum(axis=0).reshape(-1).astype(wdt)
+    return dx, dw, db
+
+
+class NumpyBackend(Backend):
+    name = "numpy"
+    device = "cpu"
+    xp = np
+
+    def available(self):
+        return True, f"NumPy {np.__version__}"
+
+    def owns(self, array):
+        return isinstance(array, np.ndarray)
+
+    def info(self):
+        ok, why = _fused_status()
+        d = {"available": True, "detail": f"NumPy {np.__version__}", "fused (Numba)": why if not ok else "yes"}
+        try:
+            d["cpu path"] = cpu_path()
+        except (BackendUnavailable, ValueError) as exc:
+            d["cpu path"] = f"error: {exc}"
+        if ok:
+            d["numba threading layer"] = _fused().threading_layer()
+        return d
+
+    def from_numpy(self, array):
+        return np.asarray(array)
+
+    def to_numpy(self, array):
+        return np.asarray(array)
+
+    def group_norm_forward(self, x, weight, bias, num_groups, eps, activation=None):
+        if cpu_path() == "fused":
+            return _fused().group_norm_forward(x, weight, bias, num_groups, eps, activation)
+        return numpy_forward(x, weight, bias, num_groups, eps, activation)
+
+    def group_norm_backward(self, dy, x, mean, rstd, weight, bias, num_groups, activation=None):
+        if cpu_path() == "fused":
+            return _fused().group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation)
+        return numpy_backward(dy, x, mean, rstd, weight, bias, num_groups, activation)
+
+    def copy(self, array):
+        return array.copy(order="K")
+
+
+BACKEND = NumpyBackend()

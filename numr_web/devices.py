@@ -1,0 +1,42 @@
+"""Moving arrays between devices."""
+from __future__ import annotations
+
+import numpy as np
+
+from numr_web.autograd.tensor import Tensor
+from numr_web.backends import backend_for, device_of, get_backend, is_array
+
+
+def _host(array):
+    if isinstance(array, np.ndarray):
+        return array
+    return backend_for(array).to_numpy(array)
+
+
+def to_device(array, device: str):
+    """Copy ``array`` (NumPy, CuPy, WebGPU array or Tensor) to ``device``: "cpu", "cuda" or "webgpu".
+
+    The memory layout is kept (a channels-last array stays channels-last).
+    A Tensor comes back as a new leaf Tensor with the same ``requires_grad``.
+    Raises ``BackendUnavailable`` (with how to fix it) when the device is not usable here.
+    """
+    if isinstance(array, Tensor):
+        return Tensor(to_device(array.data, device), requires_grad=array.requires_grad)
+    target = get_backend(device)  # validates the name, raises BackendUnavailable
+    if not is_array(array):
+        if isinstance(array, (list, tuple, int, float, np.generic)):
+            array = np.asarray(array)
+        else:
+            raise TypeError(f"array: expected a NumPy, CuPy or WebGPU array or a Tensor, got {type(array).__name__}")
+    if device_of(array) == target.device:
+        return array
+    return target.from_numpy(_host(array))
+
+
+def to_numpy(array) -> np.ndarray:
+    """A NumPy array with the values of ``array`` (any device, or a Tensor)."""
+    if isinstance(array, Tensor):
+        array = array.data
+    if not is_array(array):
+        raise TypeError(f"array: expected an array or a Tensor, got {type(array).__name__}")
+    return _host(array)

@@ -1,0 +1,78 @@
+"""Memory layouts and the dtype policy, shared by every backend.
+
+A GroupNorm input has the logical shape ``(N, C, *spatial)``.  Two memory
+layouts get dedicated kernels:
+
+* ``"nchw"``: C-contiguous in the logical order (channels-first);
+* ``"nhwc"``: channels-last, i.e. the logical array is a transposed view of a
+  C-contiguous ``(N, *spatial, C)`` buffer (what ``torch.channels_last`` and
+  ``np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)`` give).
+
+Anything else is ``"other"`` and is copied to ``"nchw"`` first.  When both
+descriptions fit (no spatial extent, a single channel...) ``"nchw"`` wins.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+try:  # bfloat16 for NumPy; a declared dependency, but keep import light and optional
+    import ml_dtypes as _ml_dtypes
+
+    BFLOAT16 = np.dtype(_ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - ml_dtypes is a dependency
+    BFLOAT16 = None
+
+FLOAT_DTYPES = tuple(
+    d for d in (np.dtype(np.float16), BFLOAT16, np.dtype(np.float32), np.dtype(np.float64)) if d is not None
+)
+
+
+def is_supported_dtype(dtype) -> bool:
+    return np.dtype(dtype) in FLOAT_DTYPES
+
+
+def accumulation_dtype(dtype) -> np.dtype:
+    """The force-fp32 policy: float32 for 16/32-bit floats, float64 for float64."""
+    return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
+
+
+def contiguous_strides(shape, itemsize):
+    strides = []
+    acc = itemsize
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(n), 1)
+    return tuple(reversed(strides))
+
+
+def _strides_match(shape, strides, expected):
+    # Strides of axes with extent 1 never matter.
+    return all(n == 1 or s == e for n, s, e in zip(shape, strides, expected))
+
+
+def channels_last_perm(ndim: int):
+    """Axis order of the channels-last buffer in terms of logical axes: (0, 2, ..., ndim-1, 1)."""
+    return (0,) + tuple(range(2, ndim)) + (1,)
+
+
+def memory_layout(shape, strides, itemsize) -> str:
+    """Classify ``(shape, strides)`` (strides in bytes) as ``nchw``, ``nhwc`` or ``other``."""
+    shape = tuple(int(n) for n in shape)
+    strides = tuple(int(s) for s in strides)
+    if _strides_match(shape, strides, contiguous_strides(shape, itemsize)):
+        return "nchw"
+    if len(shape) >= 3:
+        perm = channels_last_perm(len(shape))
+        pshape = tuple(shape[a] for a in perm)
+        pstrides = tuple(strides[a] for a in perm)
+        if _strides_match(pshape, pstrides, contiguous_strides(pshape, itemsize)):
+            return "nhwc"
+    return "other"
+
+
+def group_size(shape, num_groups) -> int:
+    """Elements per (n, g) group."""
+    spatial = math.prod(int(n) for n in shape[2:])
+    return (int(shape[1]) // num_groups) * spatial

@@ -1,0 +1,241 @@
+"""GroupNorm: validation, dtype policy, dispatch, and its autograd node.
+
+    y = act(w_c * (x - mean_ng) * rstd_ng + b_c),   rstd = 1 / sqrt(var + eps)
+
+with mean and biased variance over the C/G channels of group g and all
+spatial positions of sample n (Wu & He, 2018).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from numr_web.autograd.function import Function, is_grad_enabled
+from numr_web.autograd.tensor import Tensor
+from numr_web.backends import backend_for, device_of, is_array
+from numr_web.errors import DeviceMismatch, ShapeMismatch
+from numr_web.layout import BFLOAT16, is_supported_dtype, memory_layout
+from numr_web.schema import AmpPolicy, OpSchema, register
+
+SCHEMA = register(OpSchema(
+    name="group_norm",
+    version=1,
+    amp_policy=AmpPolicy.FORCE_FP32,
+    produces_grad=True,
+    doc="Group Normalization (Wu & He, 2018): per-(n, g) mean and biased variance, per-channel affine, "
+        "optional fused SiLU; saves mean and rstd (N, G) for the closed-form backward.",
+))
+
+ACTIVATIONS = (None, "silu")
+
+
+# -- validation ---------------------------------------------------------------
+
+def _dtype_name(dtype) -> str:
+    return "bfloat16" if BFLOAT16 is not None and np.dtype(dtype) == BFLOAT16 else str(np.dtype(dtype))
+
+
+def _array(value, name, *, optional=False):
+    if value is None:
+        if optional:
+            return None
+        raise TypeError(f"{name}: expected an array, got None")
+    if isinstance(value, Tensor):
+        value = value.data
+    if not is_array(value):
+        if isinstance(value, (list, tuple)) or isinstance(value, (numbers.Number, np.generic)):
+            value = np.asarray(value)
+        else:
+            raise TypeError(
+                f"{name}: expected a NumPy, CuPy or WebGPU array or a numr_web.Tensor, got {type(value).__name__}"
+            )
+    if not is_supported_dtype(value.dtype):
+        raise TypeError(
+            f"{name}: expected a floating-point dtype (float16, bfloat16, float32 or float64), "
+            f"got {_dtype_name(value.dtype)}"
+        )
+    return value
+
+
+def _check_num_groups(num_groups, channels, shape):
+    if isinstance(num_groups, bool) or not isinstance(num_groups, numbers.Integral):
+        raise TypeError(f"num_groups: expected a positive integer, got {num_groups!r}")
+    num_groups = int(num_groups)
+    if num_groups <= 0:
+        raise ValueError(f"num_groups: expected a positive integer, got {num_groups}")
+    if channels % num_groups:
+        raise ShapeMismatch(
+            f"num_groups: expected the number of channels in x to be divisible by num_groups, "
+            f"but got x of shape {tuple(shape)} ({channels} channels) and num_groups={num_groups}"
+        )
+    return num_groups
+
+
+def _check_eps(eps):
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"eps: expected a non-negative finite number, got {eps!r}")
+    eps = float(eps)
+    if not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"eps: expected a non-negative finite number, got {eps!r}")
+    return eps
+
+
+def _check_activation(activation):
+    if activation is None:
+        return None
+    if isinstance(activation, str) and activation.lower() in ACTIVATIONS[1:]:
+        return activation.lower()
+    raise ValueError(f"activation: expected None or 'silu', got {activation!r}")
+
+
+def _check_affine(value, name, channels, x):
+    if value is None:
+        return None
+    if tuple(value.shape) != (channels,):
+        raise ShapeMismatch(
+            f"{name}: expected shape ({channels},) (one value per channel of x), got {tuple(value.shape)}"
+        )
+    return value
+
+
+def _check_same_device(**arrays):
+    present = {k: v for k, v in arrays.items() if v is not None}
+    devices = {k: device_of(v) for k, v in present.items()}
+    if len(set(devices.values())) > 1:
+        detail = ", ".join(f"{k} on {d!r}" for k, d in devices.items())
+        raise DeviceMismatch(f"arrays on different devices: {detail}; move them with numr_web.to_device")
+
+
+def _normalize_layout(a):
+    """Arrays whose layout is neither NCHW nor channels-last are copied to NCHW."""
+    if a is None or a.ndim < 2:
+        return a
+    if memory_layout(a.shape, a.strides, a.dtype.itemsize) == "other":
+        be = backend_for(a)
+        if be.xp is None:
+            raise ValueError(f"{be.device} arrays must be NCHW or channels-last; got strides {a.strides}")
+        return be.xp.ascontiguousarray(a)
+    return a
+
+
+def validate_forward(x, weight, bias, num_groups, eps, activation):
+    x = _array(x, "x")
+    if x.ndim < 2:
+        raise ShapeMismatch(f"x: expected at least 2 dimensions (N, C, *spatial), got shape {tuple(x.shape)}")
+    channels = int(x.shape[1])
+    num_groups = _check_num_groups(num_groups, channels, x.shape)
+    weight = _check_affine(_array(weight, "weight", optional=True), "weight", channels, x)
+    bias = _check_affine(_array(bias, "bias", optional=True), "bias", channels, x)
+    eps = _check_eps(eps)
+    activation = _check_activation(activation)
+    _check_same_device(x=x, weight=weight, bias=bias)
+    return _normalize_layout(x), weight, bias, num_groups, eps, activation
+
+
+def validate_backward(dy, x, mean, rstd, weight, bias, num_groups, activation):
+    x, weight, bias, num_groups, _, activation = validate_forward(x, weight, bias, num_groups, 0.0, activation)
+    dy = _array(dy, "dy")
+    if tuple(dy.shape) != tuple(x.shape):
+        raise ShapeMismatch(f"dy: expected the shape of x {tuple(x.shape)}, got {tuple(dy.shape)}")
+    stats_shape = (int(x.shape[0]), num_groups)
+    mean = _array(mean, "mean")
+    rstd = _array(rstd, "rstd")
+    for name, s in (("mean", mean), ("rstd", rstd)):
+        if tuple(s.shape) != stats_shape:
+            raise ShapeMismatch(
+                f"{name}: expected the saved statistics' shape (N, G) = {stats_shape}, got {tuple(s.shape)}"
+            )
+    _check_same_device(dy=dy, x=x, mean=mean, rstd=rstd, weight=weight, bias=bias)
+    return _normalize_layout(dy), x, mean, rstd, weight, bias, num_groups, activation
+
+
+# -- array-level API ------------------------------------------------------------
+
+def group_norm_forward(x, weight, bias, num_groups, eps=1e-5, *, activation=None):
+    """``(y, mean, rstd)`` for arrays; ``mean``/``rstd`` have shape ``(N, G)``."""
+    x, weight, bias, num_groups, eps, activation = validate_forward(x, weight, bias, num_groups, eps, activation)
+    return backend_for(x).group_norm_forward(x, weight, bias, num_groups, eps, activation)
+
+
+def group_norm_backward(dy, x, mean, rstd, weight, num_groups, *, bias=None, activation=None):
+    """``(dx, dweight, dbias)`` from the saved ``mean`` and ``rstd`` (closed form, no recomputation).
+
+    ``dweight``/``dbias`` are ``None`` when ``weight`` is ``None``.  With
+    ``activation="silu"`` pass the forward's ``bias`` too: the pre-activation
+    is recomputed from x, mean, rstd, weight and bias.
+    """
+    dy, x, mean, rstd, weight, bias, num_groups, activation = validate_backward(
+        dy, x, mean, rstd, weight, bias, num_groups, activation)
+    return backend_for(x).group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation)
+
+
+# -- autograd -------------------------------------------------------------------
+
+class GroupNormFunction(Function):
+    schema = SCHEMA
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, num_groups, eps, activation):
+        x = _normalize_layout(x)
+        y, mean, rstd = backend_for(x).group_norm_forward(x, weight, bias, num_groups, eps, activation)
+        ctx.save(mean, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        x_t, w_t, b_t, num_groups, eps, activation = ctx.inputs
+        mean, rstd = ctx.saved
+        needs = ctx.needs_input_grad
+        if not is_grad_enabled():
+            # First order: the fused closed-form kernels of the backend.
+            x = x_t.data if isinstance(x_t, Tensor) else x_t
+            w = w_t.data if isinstance(w_t, Tensor) else w_t
+            b = b_t.data if isinstance(b_t, Tensor) else b_t
+            x = _normalize_layout(x)
+            dx, dw, db = backend_for(x).group_norm_backward(
+                _normalize_layout(gy.data), x, mean, rstd, w, b, num_groups, activation)
+            if w is None and b is not None and needs[2]:
+                db = _bias_grad_without_weight(gy, x, mean, rstd, b, num_groups, activation)
+            return (Tensor(dx) if needs[0] else None,
+                    Tensor(dw) if needs[1] and dw is not None else None,
+                    Tensor(db) if needs[2] and db is not None else None,
+                    None, None, None)
+        # create_graph: the same closed form, built from differentiable operations
+        from numr_web.ops.composite import group_norm_backward_composite
+
+        dx, dw, db = group_norm_backward_composite(gy, x_t, w_t, b_t, mean, rstd, num_groups, activation)
+        return (dx if needs[0] else None, dw if needs[1] else None, db if needs[2] else None, None, None, None)
+
+
+def _bias_grad_without_weight(gy, x, mean, rstd, b, num_groups, activation):
+    """dbias when there is a bias but no weight: the backends only reduce dbias alongside dweight."""
+    be = backend_for(x)
+    ones = be.full_like(b, 1)
+    _, _, db = be.group_norm_backward(_normalize_layout(gy.data), x, mean, rstd, ones, b, num_groups, activation)
+    return db
+
+
+def _as_tensor(value, name):
+    if value is None or isinstance(value, Tensor):
+        return value
+    return Tensor(_array(value, name))
+
+
+def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, activation=None):
+    """Group Normalization over ``x`` of shape ``(N, C, *spatial)``.
+
+    ``x``, ``weight`` and ``bias`` may be NumPy, CuPy or WebGPU arrays or
+    ``numr_web.Tensor``; the result is of the kind and dtype of ``x``.  With a
+    Tensor that requires grad, the call is recorded for autograd (first and
+    higher order).  ``activation="silu"`` fuses SiLU after the affine.
+    """
+    xa, wa, ba, num_groups, eps, activation = validate_forward(x, weight, bias, num_groups, eps, activation)
+    if not any(isinstance(v, Tensor) for v in (x, weight, bias)):
+        return backend_for(xa).group_norm_forward(xa, wa, ba, num_groups, eps, activation)[0]
+    x_t = x if isinstance(x, Tensor) else Tensor(xa)
+    w_t = _as_tensor(weight, "weight")
+    b_t = _as_tensor(bias, "bias")
+    return GroupNormFunction.apply(x_t, w_t, b_t, num_groups, eps, activation)
+
