@@ -1,0 +1,678 @@
+"""Numba kernels behind ``numr_web.backends.cpu_fused`` (imported only when Numba is).
+
+Storage conventions (Numba has no float16 or bfloat16 on the CPU):
+
+* float32 / float64 arrays are passed as they are;
+* float16 arrays are passed viewed as ``uint16`` and bfloat16 arrays viewed as
+  ``int16``; the element type selects the conversion (``_load``/``_store``),
+  done with LLVM ``fpext``/``fptrunc`` for float16 (F16C/AVX-512 instructions)
+  and with bit shifts (round to nearest even) for bfloat16.
+
+Accumulation: float32 for 16/32-bit storage, float64 for float64 storage.
+Vector partial sums run in the accumulation dtype over slices of at most
+``CHUNK`` elements and are flushed into float64 after each slice; partial
+results from different pieces are merged with Chan's formula in float64.
+
+fastmath: only ``reassoc``/``contract`` (needed for vectorized reductions and
+FMA) in the reduction helpers, ``contract`` in the elementwise ones.  Never
+``nnan``/``ninf``: a NaN must stay inside its (n, g) group and reach its output.
+Every inner loop runs over a slice that starts at index 0, so LLVM knows the
+index is non-negative and vectorizes (AVX-512 where the CPU has it).
+
+Determinism: every reduction is split into pieces fixed by the shape alone
+(not by the thread count) and pieces are merged in a fixed order.
+"""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic, overload
+
+_RED = {"reassoc", "contract"}   # reductions
+_EW = {"contract"}               # elementwise
+
+#: float32 partial sums are flushed to float64 after this many elements
+CHUNK = 4096
+
+
+# ---------------------------------------------------------------------------
+# scalar conversions
+# ---------------------------------------------------------------------------
+@intrinsic
+def _half_bits_to_f32(typingctx, u):
+    if u != types.uint16:
+        return None
+
+    def codegen(context, builder, signature, args):
+        h = builder.bitcast(args[0], ir.HalfType())
+        return builder.fpext(h, ir.FloatType())
+
+    return types.float32(types.uint16), codegen
+
+
+@intrinsic
+def _f32_to_half_bits(typingctx, f):
+    if f != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        h = builder.fptrunc(args[0], ir.HalfType())  # IEEE round to nearest even
+        return builder.bitcast(h, ir.IntType(16))
+
+    return types.uint16(types.float32), codegen
+
+
+@intrinsic
+def _bf16_bits_to_f32(typingctx, u):
+    if u != types.int16:
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        v = builder.zext(args[0], i32)
+        v = builder.shl(v, ir.Constant(i32, 16))
+        return builder.bitcast(v, ir.FloatType())
+
+    return types.float32(types.int16), codegen
+
+
+@intrinsic
+def _f32_to_bf16_bits(typingctx, f):
+    if f != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        u = builder.bitcast(args[0], i32)
+        hi = builder.lshr(u, ir.Constant(i32, 16))
+        lsb = builder.and_(hi, ir.Constant(i32, 1))
+        r = builder.add(builder.add(u, ir.Constant(i32, 0x7FFF)), lsb)
+        rounded = builder.lshr(r, ir.Constant(i32, 16))
+        quiet = builder.or_(hi, ir.Constant(i32, 0x40))
+        mag = builder.and_(u, ir.Constant(i32, 0x7FFFFFFF))
+        isnan = builder.icmp_unsigned(">", mag, ir.Constant(i32, 0x7F800000))
+        res = builder.select(isnan, quiet, rounded)
+        return builder.trunc(res, ir.IntType(16))
+
+    return types.int16(types.float32), codegen
+
+
+def _load(v):  # pragma: no cover - replaced by the overload
+    raise NotImplementedError
+
+
+@overload(_load, inline="always")
+def _ov_load(v):
+    if v == types.float32 or v == types.float64:
+        return lambda v: v
+    if v == types.uint16:
+        return lambda v: _half_bits_to_f32(v)
+    if v == types.int16:
+        return lambda v: _bf16_bits_to_f32(v)
+    return None
+
+
+def _store(v, out):  # pragma: no cover - replaced by the overload
+    raise NotImplementedError
+
+
+@overload(_store, inline="always")
+def _ov_store(v, out):
+    dt = out.dtype
+    if dt == types.float32:
+        return lambda v, out: np.float32(v)
+    if dt == types.float64:
+        return lambda v, out: np.float64(v)
+    if dt == types.uint16:
+        return lambda v, out: _f32_to_half_bits(np.float32(v))
+    if dt == types.int16:
+        return lambda v, out: _f32_to_bf16_bits(np.float32(v))
+    return None
+
+
+def _acc(v, proto):  # pragma: no cover - replaced by the overload
+    raise NotImplementedError
+
+
+@overload(_acc, inline="always")
+def _ov_acc(v, proto):
+    """Cast ``v`` to the accumulation dtype (the type of ``proto``)."""
+    if proto == types.float32:
+        return lambda v, proto: np.float32(v)
+    return lambda v, proto: np.float64(v)
+
+
+def _acc_empty(n, proto):  # pragma: no cover - replaced by the overload
+    raise NotImplementedError
+
+
+@overload(_acc_empty, inline="always")
+def _ov_acc_empty(n, proto):
+    if proto == types.float32:
+        return lambda n, proto: np.empty(n, np.float32)
+    return lambda n, proto: np.empty(n, np.float64)
+
+
+# ---------------------------------------------------------------------------
+# SiLU with an exp that LLVM can vectorize (no SVML here)
+# ---------------------------------------------------------------------------
+@intrinsic
+def _i32_as_f32(typingctx, i):
+    if i != types.int32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+
+    return types.float32(types.int32), codegen
+
+
+@njit(fastmath=_EW, cache=True, inline="always")
+def _exp_neg_f32(z):
+    """exp(-z) in float32, about 2 ulp; inf for -z > 88.7, 0 for -z < -87.3; NaN stays NaN."""
+    t = -z
+    # clamp keeps 2**k finite; the clamped extremes give inf / 0 below
+    tc = min(max(t, np.float32(-87.5)), np.float32(88.0))
+    k = np.floor(tc * np.float32(1.4426950408889634) + np.float32(0.5))
+    r = tc - k * np.float32(0.693145751953125)
+    r = r - k * np.float32(1.428606765330187e-06)
+    p = np.float32(1.9875691500e-4)
+    p = p * r + np.float32(1.3981999507e-3)
+    p = p * r + np.float32(8.3334519073e-3)
+    p = p * r + np.float32(4.1665795894e-2)
+    p = p * r + np.float32(1.6666665459e-1)
+    p = p * r + np.float32(5.0000001201e-1)
+    p = p * r * r + r + np.float32(1.0)
+    scale = _i32_as_f32(np.int32((np.int32(k) + np.int32(127)) << np.int32(23)))
+    e = p * scale
+    if t > np.float32(88.0):
+        e = np.float32(np.inf)
+    if t < np.float32(-87.5):
+        e = np.float32(0.0)
+    if t != t:
+        e = t
+    return e
+
+
+def _silu_parts(z):  # pragma: no cover - replaced by the overload
+    raise NotImplementedError
+
+
+@overload(_silu_parts, inline="always")
+def _ov_sigmoid(z):
+    """sigmoid(z) in the accumulation dtype."""
+    if z == types.float32:
+        return lambda z: np.float32(1.0) / (np.float32(1.0) + _exp_neg_f32(z))
+    return lambda z: 1.0 / (1.0 + np.exp(-z))
+
+
+# ---------------------------------------------------------------------------
+# contiguous slice helpers (every slice starts at index 0)
+# ---------------------------------------------------------------------------
+@njit(fastmath=_RED, cache=True)
+def _shifted_sums(xs, K):
+    """(sum(x - K), sum((x - K)**2)) of a 1-D slice, accumulation dtype of K, float64 result."""
+    n = xs.shape[0]
+    s1 = 0.0
+    s2 = 0.0
+    for st in range(0, n, CHUNK):
+        ln = min(CHUNK, n - st)
+        sub = xs[st:st + ln]
+        a1 = _acc(0.0, K)
+        a2 = _acc(0.0, K)
+        for i in range(ln):
+            d = _load(sub[i]) - K
+            a1 += d
+            a2 += d * d
+        s1 += np.float64(a1)
+        s2 += np.float64(a2)
+    return s1, s2
+
+
+@njit(cache=True)
+def _slice_moments(xs, proto):
+    """(mean, M2) of a non-empty 1-D slice in float64: shifted sums, redone around the mean
+    when the first element was a poor shift."""
+    n = xs.shape[0]
+    K = _acc(_load(xs[0]), proto)
+    s1, s2 = _shifted_sums(xs, K)
+    m1 = s1 / n
+    var = max(s2 / n - m1 * m1, 0.0)
+    if m1 * m1 > 8.0 * var:
+        K = _acc(np.float64(K) + m1, proto)
+        s1, s2 = _shifted_sums(xs, K)
+        m1 = s1 / n
+    m2 = max(s2 - s1 * m1, 0.0)
+    return np.float64(K) + m1, m2
+
+
+@njit(fastmath=_EW, cache=True)
+def _apply_slice(xs, ys, mean_hi, scale, shift, silu):
+    n = xs.shape[0]
+    if silu:
+        for i in range(n):
+            z = (_load(xs[i]) - mean_hi) * scale + shift
+            ys[i] = _store(z * _silu_parts(z), ys)
+    else:
+        for i in range(n):
+            ys[i] = _store((_load(xs[i]) - mean_hi) * scale + shift, ys)
+
+
+@njit(fastmath=_RED, cache=True)
+def _bwd_sums(dys, xs, mean_hi, scale, shift, silu):
+    """(sum dz*(x - mean_hi), sum dz) over a 1-D slice, float64 result."""
+    n = xs.shape[0]
+    s_dx = 0.0
+    s_d = 0.0
+    for st in range(0, n, CHUNK):
+        ln = min(CHUNK, n - st)
+        xsub = xs[st:st + ln]
+        dsub = dys[st:st + ln]
+        a1 = _acc(0.0, mean_hi)
+        a2 = _acc(0.0, mean_hi)
+        if silu:
+            for i in range(ln):
+                xc = _load(xsub[i]) - mean_hi
+                z = xc * scale + shift
+                s = _silu_parts(z)
+                dz = _load(dsub[i]) * (s * (_acc(1.0, z) + z * (_acc(1.0, z) - s)))
+                a1 += dz * xc
+                a2 += dz
+        else:
+            for i in range(ln):
+                dz = _load(dsub[i])
+                a1 += dz * (_load(xsub[i]) - mean_hi)
+                a2 += dz
+        s_dx += np.float64(a1)
+        s_d += np.float64(a2)
+    return s_dx, s_d
+
+
+@njit(fastmath=_EW, cache=True)
+def _bwd_apply_slice(dys, xs, dxs, mean_hi, scale, shift, alpha, beta, gamma, silu):
+    """dx = alpha*dz + beta*(x - mean_hi) + gamma."""
+    n = xs.shape[0]
+    if silu:
+        for i in range(n):
+            xc = _load(xs[i]) - mean_hi
+            z = xc * scale + shift
+            s = _silu_parts(z)
+            dz = _load(dys[i]) * (s * (_acc(1.0, z) + z * (_acc(1.0, z) - s)))
+            dxs[i] = _store(alpha * dz + beta * xc + gamma, dxs)
+    else:
+        for i in range(n):
+            dxs[i] = _store(alpha * _load(dys[i]) + beta * (_load(xs[i]) - mean_hi) + gamma, dxs)
+
+
+@njit(cache=True)
+def _split_mean(mean, proto):
+    mean_hi = _acc(mean, proto)
+    mean_lo = _acc(mean - np.float64(mean_hi), proto)
+    return mean_hi, mean_lo
+
+
+# ---------------------------------------------------------------------------
+# NCHW, one (n, g) group per work item (statistics and apply back to back,
+# so the second read of the group comes from the core's cache)
+# ---------------------------------------------------------------------------
+@njit(parallel=True, cache=True)
+def fwd_nchw_groups(x2, y2, w, b, G, S, eps, silu, mean_out, rstd_out, proto):
+    NG, M = x2.shape
+    Cg = M // S
+    for t in prange(NG):
+        xg = x2[t]
+        yg = y2[t]
+        mean, m2 = _slice_moments(xg, proto)
+        rstd = 1.0 / np.sqrt(m2 / M + eps)
+        mean_out[t] = mean
+        rstd_out[t] = rstd
+        mean_hi, mean_lo = _split_mean(mean, proto)
+        c0 = (t % G) * Cg
+        for j in range(Cg):
+            sc = rstd * w[c0 + j]
+            _apply_slice(xg[j * S:(j + 1) * S], yg[j * S:(j + 1) * S], mean_hi,
+                         _acc(sc, proto), _acc(b[c0 + j] - np.float64(mean_lo) * sc, proto), silu)
+
+
+@njit(parallel=True, cache=True)
+def bwd_nchw_groups(dy2, x2, dx2, mean_in, rstd_in, w, b, G, S, silu, ds_nc, db_nc, proto):
+    """ds_nc/db_nc: (N*G, Cg) float64 outputs (per (n, c) sums, for dweight/dbias)."""
+    NG, M = x2.shape
+    Cg = M // S
+    for t in prange(NG):
+        xg = x2[t]
+        dyg = dy2[t]
+        dxg = dx2[t]
+        rstd = np.float64(rstd_in[t])
+        mean_hi, mean_lo = _split_mean(np.float64(mean_in[t]), proto)
+        mlo = np.float64(mean_lo)
+        c0 = (t % G) * Cg
+        sg = 0.0
+        sgx = 0.0
+        for j in range(Cg):
+            sc = rstd * w[c0 + j]
+            ds, db = _bwd_sums(dyg[j * S:(j + 1) * S], xg[j * S:(j + 1) * S], mean_hi,
+                               _acc(sc, proto), _acc(b[c0 + j] - mlo * sc, proto), silu)
+            ds_nc[t, j] = ds
+            db_nc[t, j] = db
+            sg += w[c0 + j] * db
+            sgx += w[c0 + j] * ds
+        bb = rstd * (sgx - mlo * sg) / M
+        a = sg / M
+        beta = _acc(-rstd * rstd * bb, proto)
+        gamma = _acc(rstd * rstd * bb * mlo - rstd * a, proto)
+        for j in range(Cg):
+            sc = rstd * w[c0 + j]
+            _bwd_apply_slice(dyg[j * S:(j + 1) * S], xg[j * S:(j + 1) * S], dxg[j * S:(j + 1) * S],
+                             mean_hi, _acc(sc, proto), _acc(b[c0 + j] - mlo * sc, proto),
+                             _acc(sc, proto), beta, gamma, silu)
+
+
+# ---------------------------------------------------------------------------
+# NCHW, pieces: (n, c, k) = spatial piece k of channel c; for few or huge groups
+# ---------------------------------------------------------------------------
+@njit(parallel=True, cache=True)
+def nchw_piece_moments(x3, P, pmean, pm2, proto):
+    """x3: (N, C, S); P pieces per channel; pmean/pm2: (N*C*P,) float64."""
+    N, C, S = x3.shape
+    L = (S + P - 1) // P
+    for it in prange(N * C * P):
+        k = it % P
+        nc = it // P
+        n = nc // C
+        c = nc % C
+        s0 = k * L
+        s1 = min(S, s0 + L)
+        if s1 > s0:
+            m, q = _slice_moments(x3[n, c, s0:s1], proto)
+            pmean[it] = m
+            pm2[it] = q
+        else:
+            pmean[it] = 0.0
+            pm2[it] = 0.0
+
+
+@njit(cache=True)
+def merge_pieces(pmean, pm2, counts, mean_out, m2_out):
+    """Chan's merge, in order, of consecutive runs: row r of pmean (R, K) -> mean_out[r], m2_out[r]."""
+    R, K = pmean.shape
+    for r in range(R):
+        tot = 0.0
+        s = 0.0
+        for k in range(K):
+            tot += counts[k]
+            s += counts[k] * pmean[r, k]
+        mean = s / tot
+        q = 0.0
+        for k in range(K):
+            d = pmean[r, k] - mean
+            q += pm2[r, k] + counts[k] * d * d
+        mean_out[r] = mean
+        m2_out[r] = q
+
+
+@njit(parallel=True, cache=True)
+def nchw_piece_apply(x3, y3, P, mhi_nc, scale_nc, shift_nc, silu):
+    N, C, S = x3.shape
+    L = (S + P - 1) // P
+    for it in prange(N * C * P):
+        k = it % P
+        nc = it // P
+        n = nc // C
+        c = nc % C
+        s0 = k * L
+        s1 = min(S, s0 + L)
+        if s1 > s0:
+            _apply_slice(x3[n, c, s0:s1], y3[n, c, s0:s1], mhi_nc[n, c], scale_nc[n, c],
+                         shift_nc[n, c], silu)
+
+
+@njit(parallel=True, cache=True)
+def nchw_piece_bwd_sums(dy3, x3, P, mhi_nc, scale_nc, shift_nc, silu, pds, pdb):
+    N, C, S = x3.shape
+    L = (S + P - 1) // P
+    for it in prange(N * C * P):
+        k = it % P
+        nc = it // P
+        n = nc // C
+        c = nc % C
+        s0 = k * L
+        s1 = min(S, s0 + L)
+        if s1 > s0:
+            a, d = _bwd_sums(dy3[n, c, s0:s1], x3[n, c, s0:s1], mhi_nc[n, c], scale_nc[n, c],
+                             shift_nc[n, c], silu)
+        else:
+            a = 0.0
+            d = 0.0
+        pds[it] = a
+        pdb[it] = d
+
+
+@njit(parallel=True, cache=True)
+def nchw_piece_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, alpha_nc, beta_nc,
+                         gamma_nc, silu):
+    N, C, S = x3.shape
+    L = (S + P - 1) // P
+    for it in prange(N * C * P):
+        k = it % P
+        nc = it // P
+        n = nc // C
+        c = nc % C
+        s0 = k * L
+        s1 = min(S, s0 + L)
+        if s1 > s0:
+            _bwd_apply_slice(dy3[n, c, s0:s1], x3[n, c, s0:s1], dx3[n, c, s0:s1], mhi_nc[n, c],
+                             scale_nc[n, c], shift_nc[n, c], alpha_nc[n, c], beta_nc[n, c],
+                             gamma_nc[n, c], silu)
+
+
+# ---------------------------------------------------------------------------
+# channels-last: x3 is the contiguous (N, S, C) buffer; work item (n, k) = rows
+# [k*L, (k+1)*L) of sample n; inner loops run over channels (contiguous)
+# ---------------------------------------------------------------------------
+@njit(fastmath=_RED, cache=True)
+def _rows_shifted_sums(rows, K, a1, a2, s1, s2):
+    """Per-channel sums over the rows of rows (R, C), float32 partials flushed to float64."""
+    R, C = rows.shape
+    rpc = max(1, CHUNK // max(C, 1))
+    for r0 in range(0, R, rpc):
+        r1 = min(R, r0 + rpc)
+        for c in range(C):
+            a1[c] = 0
+            a2[c] = 0
+        for r in range(r0, r1):
+            row = rows[r]
+            for c in range(C):
+                d = _load(row[c]) - K[c]
+                a1[c] += d
+                a2[c] += d * d
+        for c in range(C):
+            s1[c] += np.float64(a1[c])
+            s2[c] += np.float64(a2[c])
+
+
+@njit(parallel=True, cache=True)
+def nhwc_piece_moments(x3, P, pmean, pm2, proto):
+    """pmean/pm2: (N, P, C) float64 per-channel moments of each row block."""
+    N, S, C = x3.shape
+    L = (S + P - 1) // P
+    for it in prange(N * P):
+        n = it // P
+        k = it % P
+        r0 = k * L
+        r1 = min(S, r0 + L)
+        if r1 <= r0:
+            for c in range(C):
+                pmean[n, k, c] = 0.0
+                pm2[n, k, c] = 0.0
+            continue
+        rows = x3[n, r0:r1]
+        K = _acc_empty(C, proto)
+        first = rows[0]
+        for c in range(C):
+            K[c] = _acc(_load(first[c]), proto)
+        a1 = _acc_empty(C, proto)
+        a2 = _acc_empty(C, proto)
+        s1 = np.zeros(C, dtype=np.float64)
+        s2 = np.zeros(C, dtype=np.float64)
+        _rows_shifted_sums(rows, K, a1, a2, s1, s2)
+        R = r1 - r0
+        for c in range(C):
+            m1 = s1[c] / R
+            var = max(s2[c] / R - m1 * m1, 0.0)
+            if m1 * m1 > 8.0 * var:
+                # poor shift: redo this channel of this block centred on its mean (strided, rare)
+                Kc = _acc(np.float64(K[c]) + m1, proto)
+                t1 = 0.0
+                t2 = 0.0
+                for r in range(R):
+                    d = np.float64(_load(rows[r, c]) - Kc)
+                    t1 += d
+                    t2 += d * d
+                K[c] = Kc
+                s1[c] = t1
+                s2[c] = t2
+                m1 = t1 / R
+            pmean[n, k, c] = np.float64(K[c]) + m1
+            pm2[n, k, c] = max(s2[c] - s1[c] * m1, 0.0)
+
+
+@njit(cache=True)
+def nhwc_merge(pmean, pm2, counts, G, mean_out, m2_out):
+    """Merge (N, P, C) per-block per-channel moments into (N, G), fixed order."""
+    N, P, C = pmean.shape
+    Cg = C // G
+    for n in range(N):
+        for g in range(G):
+            tot = 0.0
+            s = 0.0
+            for k in range(P):
+                for j in range(Cg):
+                    tot += counts[k]
+                    s += counts[k] * pmean[n, k, g * Cg + j]
+            mean = s / tot
+            q = 0.0
+            for k in range(P):
+                for j in range(Cg):
+                    d = pmean[n, k, g * Cg + j] - mean
+                    q += pm2[n, k, g * Cg + j] + counts[k] * d * d
+            mean_out[n, g] = mean
+            m2_out[n, g] = q
+
+
+@njit(parallel=True, cache=True)
+def nhwc_apply(x3, y3, P, mhi_nc, scale_nc, shift_nc, silu):
+    N, S, C = x3.shape
+    L = (S + P - 1) // P
+    for it in prange(N * P):
+        n = it // P
+        k = it % P
+        r0 = k * L
+        r1 = min(S, r0 + L)
+        mhi = mhi_nc[n]
+        sc = scale_nc[n]
+        sh = shift_nc[n]
+        for r in range(r0, r1):
+            _apply_row(x3[n, r], y3[n, r], mhi, sc, sh, silu)
+
+
+@njit(fastmath=_EW, cache=True)
+def _apply_row(xr, yr, mhi, sc, sh, silu):
+    C = xr.shape[0]
+    if silu:
+        for c in range(C):
+            z = (_load(xr[c]) - mhi[c]) * sc[c] + sh[c]
+            yr[c] = _store(z * _silu_parts(z), yr)
+    else:
+        for c in range(C):
+            yr[c] = _store((_load(xr[c]) - mhi[c]) * sc[c] + sh[c], yr)
+
+
+@njit(fastmath=_RED, cache=True)
+def _rows_bwd_sums(dyrows, xrows, mhi, sc, sh, silu, a1, a2, s1, s2):
+    R, C = xrows.shape
+    rpc = max(1, CHUNK // max(C, 1))
+    for r0 in range(0, R, rpc):
+        r1 = min(R, r0 + rpc)
+        for c in range(C):
+            a1[c] = 0
+            a2[c] = 0
+        for r in range(r0, r1):
+            xr = xrows[r]
+            dr = dyrows[r]
+            if silu:
+                for c in range(C):
+                    xc = _load(xr[c]) - mhi[c]
+                    z = xc * sc[c] + sh[c]
+                    s = _silu_parts(z)
+                    dz = _load(dr[c]) * (s * (_acc(1.0, z) + z * (_acc(1.0, z) - s)))
+                    a1[c] += dz * xc
+                    a2[c] += dz
+            else:
+                for c in range(C):
+                    dz = _load(dr[c])
+                    a1[c] += dz * (_load(xr[c]) - mhi[c])
+                    a2[c] += dz
+        for c in range(C):
+            s1[c] += np.float64(a1[c])
+            s2[c] += np.float64(a2[c])
+
+
+@njit(parallel=True, cache=True)
+def nhwc_bwd_sums(dy3, x3, P, mhi_nc, scale_nc, shift_nc, silu, pds, pdb, proto):
+    """pds/pdb: (N, P, C) float64 per-block per-channel sums."""
+    N, S, C = x3.shape
+    L = (S + P - 1) // P
+    for it in prange(N * P):
+        n = it // P
+        k = it % P
+        r0 = k * L
+        r1 = min(S, r0 + L)
+        a1 = _acc_empty(C, proto)
+        a2 = _acc_empty(C, proto)
+        s1 = np.zeros(C, dtype=np.float64)
+        s2 = np.zeros(C, dtype=np.float64)
+        if r1 > r0:
+            _rows_bwd_sums(dy3[n, r0:r1], x3[n, r0:r1], mhi_nc[n], scale_nc[n], shift_nc[n],
+                           silu, a1, a2, s1, s2)
+        for c in range(C):
+            pds[n, k, c] = s1[c]
+            pdb[n, k, c] = s2[c]
+
+
+@njit(fastmath=_EW, cache=True)
+def _bwd_apply_row(dr, xr, dxr, mhi, sc, sh, al, be, ga, silu):
+    C = xr.shape[0]
+    if silu:
+        for c in range(C):
+            xc = _load(xr[c]) - mhi[c]
+            z = xc * sc[c] + sh[c]
+            s = _silu_parts(z)
+            dz = _load(dr[c]) * (s * (_acc(1.0, z) + z * (_acc(1.0, z) - s)))
+            dxr[c] = _store(al[c] * dz + be[c] * xc + ga[c], dxr)
+    else:
+        for c in range(C):
+            dxr[c] = _store(al[c] * _load(dr[c]) + be[c] * (_load(xr[c]) - mhi[c]) + ga[c], dxr)
+
+
+@njit(parallel=True, cache=True)
+def nhwc_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, alpha_nc, beta_nc, gamma_nc, silu):
+    N, S, C = x3.shape
+    L = (S + P - 1) // P
+    for it in prange(N * P):
+        n = it // P
+        k = it % P
+        r0 = k * L
+        r1 = min(S, r0 + L)
+        for r in range(r0, r1):
+            _bwd_apply_row(dy3[n, r], x3[n, r], dx3[n, r], mhi_nc[n], scale_nc[n], shift_nc[n],
+                           alpha_nc[n], beta_nc[n], gamma_nc[n], silu)
+
+
+@njit(parallel=True, cache=True)
+def warmup_parallel(a):
+    s = 0.0
+    for i in prange(a.shape[0]):
+        s += a[i]
+    return s

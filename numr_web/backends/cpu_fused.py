@@ -1,0 +1,332 @@
+"""Fused CPU GroupNorm kernels compiled with Numba (``pip install 'numr-web[fast]'``).
+
+The NumPy backend calls :func:`group_norm_forward` / :func:`group_norm_backward`
+when its CPU path is ``"fused"``.  Same contract as ``numr_web.backends.base``:
+NumPy arrays in and out, layouts ``"nchw"`` and ``"nhwc"`` (anything else is
+copied to ``"nchw"``), float16/bfloat16/float32 storage with float32
+accumulation, float64 with float64, optional SiLU after the affine.
+
+Design (details in docs/cpu.md):
+
+* NCHW with enough groups: one work item per (n, g); the group's statistics
+  (shifted sums, vectorized float32 partials flushed to float64) and its apply
+  run back to back, so the second read of the group comes from the core's
+  cache.  Backward likewise: per-channel sums, then dx, per (n, g).
+* NCHW with few or huge groups, and channels-last: the reduction is split into
+  pieces fixed by the shape (spatial pieces of a channel, or row blocks of the
+  (N, S, C) buffer), each piece gives float64 moments with its own shift, and
+  pieces are merged with Chan's formula in a fixed order.  Deterministic and
+  independent of the thread count.
+
+Importing this module never imports Numba; the kernels compile on first use
+and are cached on disk (Numba's ``cache=True``; ``NUMBA_CACHE_DIR`` moves it).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from numr_web.layout import BFLOAT16, accumulation_dtype, memory_layout
+
+_INSTALL_HINT = "pip install 'numr-web[fast]'"
+
+#: NCHW groups larger than this many elements are split into pieces
+GROUP_MAX = 1 << 18
+#: the (n, g)-per-item NCHW path needs at least this many groups (else pieces)
+MIN_GROUP_ITEMS = 8
+#: target number of parallel work items for the piece paths
+TARGET_ITEMS = 16
+#: largest piece, in elements
+PIECE_MAX = 1 << 16
+
+_kernels = None
+_import_error: str | None = None
+
+
+def _load_kernels():
+    global _kernels, _import_error
+    if _kernels is not None:
+        return _kernels
+    if _import_error is not None:
+        return None
+    try:
+        from numr_web.backends import _cpu_fused_kernels as k
+    except Exception as exc:  # ImportError, or a broken Numba/llvmlite install
+        _import_error = f"{type(exc).__name__}: {exc}"
+        return None
+    _kernels = k
+    return k
+
+
+def available() -> tuple[bool, str]:
+    """(True, description) when Numba imports; (False, how to get it) otherwise."""
+    k = _load_kernels()
+    if k is None:
+        why = "numba is not installed" if _import_error and "numba" in _import_error else _import_error
+        return False, f"fused CPU kernels need Numba ({why}); {_INSTALL_HINT}"
+    import numba
+
+    return True, f"numba {numba.__version__}, {numba.get_num_threads()} threads"
+
+
+def threading_layer() -> str:
+    """Numba's threading layer (``omp``, ``tbb`` or ``workqueue``); runs a tiny kernel if none started yet."""
+    k = _load_kernels()
+    if k is None:
+        return "unavailable"
+    import numba
+
+    try:
+        return numba.threading_layer()
+    except ValueError:
+        k.warmup_parallel(np.zeros(4))
+        return numba.threading_layer()
+
+
+def _require():
+    k = _load_kernels()
+    if k is None:
+        raise RuntimeError(f"fused CPU kernels need Numba ({_import_error}); {_INSTALL_HINT}")
+    return k
+
+
+# ---------------------------------------------------------------------------
+# array plumbing
+# ---------------------------------------------------------------------------
+def _kernel_view(a):
+    """The storage reinterpreted for Numba: float16 -> uint16, bfloat16 -> int16."""
+    if a.dtype == np.float16:
+        return a.view(np.uint16)
+    if BFLOAT16 is not None and a.dtype == BFLOAT16:
+        return a.view(np.int16)
+    return a
+
+
+def _layout(x):
+    lay = memory_layout(x.shape, x.strides, x.itemsize)
+    if lay == "other":
+        return np.ascontiguousarray(x), "nchw"
+    return x, lay
+
+
+def _as_layout(a, layout):
+    """``a`` with memory layout ``layout`` (a copy only when it differs)."""
+    if memory_layout(a.shape, a.strides, a.itemsize) == layout:
+        return a
+    if layout == "nchw":
+        return np.ascontiguousarray(a)
+    return _from_channels_last_buffer(np.ascontiguousarray(np.moveaxis(a, 1, -1)))
+
+
+def _channels_last_buffer(x):
+    """The contiguous (N, S, C) buffer behind a channels-last array."""
+    N, C = x.shape[:2]
+    return np.moveaxis(x, 1, -1).reshape(N, -1, C)
+
+
+def _from_channels_last_buffer(buf):
+    return np.moveaxis(buf, -1, 1)
+
+
+def _empty_like_layout(x, layout):
+    if layout == "nchw":
+        return np.empty(x.shape, x.dtype)
+    buf = np.empty((x.shape[0],) + tuple(x.shape[2:]) + (x.shape[1],), x.dtype)
+    return _from_channels_last_buffer(buf)
+
+
+def _affine64(weight, bias, C):
+    w = np.ones(C, np.float64) if weight is None else np.asarray(weight, np.float64).reshape(C)
+    b = np.zeros(C, np.float64) if bias is None else np.asarray(bias, np.float64).reshape(C)
+    return np.ascontiguousarray(w), np.ascontiguousarray(b)
+
+
+def _pieces_nchw(N, C, S):
+    P = max(-(-S // PIECE_MAX), -(-TARGET_ITEMS // max(N * C, 1)))
+    P = min(P, max(1, S // 1024)) if S >= 1024 else 1
+    return max(1, min(P, S))
+
+
+def _pieces_nhwc(N, S, C):
+    P = max(-(-TARGET_ITEMS // max(N, 1)), -(-(S * C) // PIECE_MAX))
+    return max(1, min(P, S))
+
+
+def _piece_counts(S, P):
+    L = -(-S // P)
+    return np.array([max(0, min(S, (k + 1) * L) - k * L) for k in range(P)], np.float64)
+
+
+def _split64(mean64, acc):
+    mean_hi = mean64.astype(acc)
+    mean_lo = (mean64 - mean_hi.astype(np.float64)).astype(acc)
+    return mean_hi, mean_lo
+
+
+# ---------------------------------------------------------------------------
+# forward
+# ---------------------------------------------------------------------------
+def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
+    """Return ``(y, mean, rstd)``; see ``numr_web.backends.base.Backend``."""
+    x, layout = _layout(np.asarray(x))
+    N, C = int(x.shape[0]), int(x.shape[1])
+    G = int(num_groups)
+    S = math.prod(int(n) for n in x.shape[2:])
+    M = (C // G) * S
+    acc = accumulation_dtype(x.dtype)
+    silu = activation == "silu"
+    y = _empty_like_layout(x, layout)
+    if x.size == 0:
+        mean = np.full((N, G), np.nan, acc)
+        return y, mean, mean.copy()
+    k = _require()
+    proto = acc.type(0)
+    w64, b64 = _affine64(weight, bias, C)
+    eps = float(eps)
+
+    if layout == "nchw" and N * G >= MIN_GROUP_ITEMS and M <= GROUP_MAX:
+        mean = np.empty(N * G, acc)
+        rstd = np.empty(N * G, acc)
+        k.fwd_nchw_groups(_kernel_view(x.reshape(N * G, M)), _kernel_view(y.reshape(N * G, M)),
+                          w64, b64, G, S, eps, silu, mean, rstd, proto)
+        return y, mean.reshape(N, G), rstd.reshape(N, G)
+
+    if layout == "nchw":
+        P = _pieces_nchw(N, C, S)
+        x3 = _kernel_view(x.reshape(N, C, S))
+        pmean = np.empty(N * C * P, np.float64)
+        pm2 = np.empty(N * C * P, np.float64)
+        k.nchw_piece_moments(x3, P, pmean, pm2, proto)
+        counts = np.tile(_piece_counts(S, P), C // G)
+        mean64 = np.empty(N * G, np.float64)
+        m264 = np.empty(N * G, np.float64)
+        k.merge_pieces(pmean.reshape(N * G, -1), pm2.reshape(N * G, -1), counts, mean64, m264)
+    else:
+        xb = _channels_last_buffer(x)
+        S = xb.shape[1]
+        P = _pieces_nhwc(N, S, C)
+        x3 = _kernel_view(xb)
+        pmean = np.empty((N, P, C), np.float64)
+        pm2 = np.empty((N, P, C), np.float64)
+        k.nhwc_piece_moments(x3, P, pmean, pm2, proto)
+        mean64 = np.empty((N, G), np.float64)
+        m264 = np.empty((N, G), np.float64)
+        k.nhwc_merge(pmean, pm2, _piece_counts(S, P), G, mean64, m264)
+
+    mean64 = mean64.reshape(N, G)
+    rstd64 = 1.0 / np.sqrt(m264.reshape(N, G) / M + eps)
+    mean = mean64.astype(acc)
+    rstd = rstd64.astype(acc)
+    mean_hi, mean_lo = _split64(mean64, acc)
+    cg = C // G
+    sc64 = np.repeat(rstd64, cg, axis=1) * w64                      # (N, C)
+    mhi_nc = np.ascontiguousarray(np.repeat(mean_hi, cg, axis=1))
+    shift_nc = (b64 - np.repeat(mean_lo.astype(np.float64), cg, axis=1) * sc64).astype(acc)
+    scale_nc = sc64.astype(acc)
+    if layout == "nchw":
+        k.nchw_piece_apply(x3, _kernel_view(y.reshape(N, C, S)), P, mhi_nc, scale_nc, shift_nc, silu)
+    else:
+        k.nhwc_apply(x3, _kernel_view(_channels_last_buffer(y)), P, mhi_nc, scale_nc, shift_nc, silu)
+    return y, mean, rstd
+
+
+# ---------------------------------------------------------------------------
+# backward
+# ---------------------------------------------------------------------------
+def _finish_affine_grads(ds_nc, db_nc, rstd64, mean_lo64, G, weight):
+    if weight is None:
+        return None, None
+    N, C = ds_nc.shape
+    cg = C // G
+    r = np.repeat(rstd64, cg, axis=1)
+    mlo = np.repeat(mean_lo64, cg, axis=1)
+    dweight = (r * (ds_nc - mlo * db_nc)).sum(axis=0)
+    dbias = db_nc.sum(axis=0)
+    wdt = np.asarray(weight).dtype
+    return dweight.astype(wdt), dbias.astype(wdt)
+
+
+def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=None):
+    """Return ``(dx, dweight, dbias)`` from the saved statistics (closed form)."""
+    x, layout = _layout(np.asarray(x))
+    dy = np.asarray(dy)
+    if dy.dtype != x.dtype:
+        dy = dy.astype(x.dtype)
+    dy = _as_layout(dy, layout)
+    N, C = int(x.shape[0]), int(x.shape[1])
+    G = int(num_groups)
+    S = math.prod(int(n) for n in x.shape[2:])
+    M = (C // G) * S
+    acc = accumulation_dtype(x.dtype)
+    silu = activation == "silu"
+    dx = _empty_like_layout(x, layout)
+    if x.size == 0:
+        if weight is None:
+            return dx, None, None
+        wdt = np.asarray(weight).dtype
+        return dx, np.zeros(C, wdt), np.zeros(C, wdt)
+    k = _require()
+    proto = acc.type(0)
+    w64, b64 = _affine64(weight, bias, C)
+    mean_a = np.ascontiguousarray(np.asarray(mean).reshape(N, G), dtype=acc)
+    rstd_a = np.ascontiguousarray(np.asarray(rstd).reshape(N, G), dtype=acc)
+    rstd64 = rstd_a.astype(np.float64)
+    mean_hi, mean_lo = _split64(mean_a.astype(np.float64), acc)
+    mlo64 = mean_lo.astype(np.float64)
+
+    if layout == "nchw" and N * G >= MIN_GROUP_ITEMS and M <= GROUP_MAX:
+        ds = np.empty((N * G, C // G), np.float64)
+        db = np.empty((N * G, C // G), np.float64)
+        k.bwd_nchw_groups(_kernel_view(dy.reshape(N * G, M)), _kernel_view(x.reshape(N * G, M)),
+                          _kernel_view(dx.reshape(N * G, M)), mean_a.reshape(-1), rstd_a.reshape(-1),
+                          w64, b64, G, S, silu, ds, db, proto)
+        dw, dbias = _finish_affine_grads(ds.reshape(N, C), db.reshape(N, C), rstd64, mlo64, G, weight)
+        return dx, dw, dbias
+
+    cg = C // G
+    r_nc = np.repeat(rstd64, cg, axis=1)
+    sc64 = r_nc * w64
+    mhi_nc = np.ascontiguousarray(np.repeat(mean_hi, cg, axis=1))
+    mlo_nc = np.repeat(mlo64, cg, axis=1)
+    scale_nc = sc64.astype(acc)
+    shift_nc = (b64 - mlo_nc * sc64).astype(acc)
+    if layout == "nchw":
+        P = _pieces_nchw(N, C, S)
+        x3 = _kernel_view(x.reshape(N, C, S))
+        dy3 = _kernel_view(dy.reshape(N, C, S))
+        dx3 = _kernel_view(dx.reshape(N, C, S))
+        pds = np.empty(N * C * P, np.float64)
+        pdb = np.empty(N * C * P, np.float64)
+        k.nchw_piece_bwd_sums(dy3, x3, P, mhi_nc, scale_nc, shift_nc, silu, pds, pdb)
+        ds_nc = pds.reshape(N, C, P).sum(axis=2)
+        db_nc = pdb.reshape(N, C, P).sum(axis=2)
+    else:
+        x3 = _kernel_view(_channels_last_buffer(x))
+        dy3 = _kernel_view(_channels_last_buffer(dy))
+        dx3 = _kernel_view(_channels_last_buffer(dx))
+        S = x3.shape[1]
+        P = _pieces_nhwc(N, S, C)
+        pds = np.empty((N, P, C), np.float64)
+        pdb = np.empty((N, P, C), np.float64)
+        k.nhwc_bwd_sums(dy3, x3, P, mhi_nc, scale_nc, shift_nc, silu, pds, pdb, proto)
+        ds_nc = pds.sum(axis=1)
+        db_nc = pdb.sum(axis=1)
+
+    sg = (w64 * db_nc).reshape(N, G, cg).sum(axis=2)
+    sgx = (w64 * ds_nc).reshape(N, G, cg).sum(axis=2)
+    bb = rstd64 * (sgx - mlo64 * sg) / M
+    a = sg / M
+    beta = -rstd64 * rstd64 * bb
+    gamma = rstd64 * rstd64 * bb * mlo64 - rstd64 * a
+    alpha_nc = scale_nc
+    beta_nc = np.ascontiguousarray(np.repeat(beta, cg, axis=1).astype(acc))
+    gamma_nc = np.ascontiguousarray(np.repeat(gamma, cg, axis=1).astype(acc))
+    if layout == "nchw":
+        k.nchw_piece_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, alpha_nc, beta_nc,
+                               gamma_nc, silu)
+    else:
+        k.nhwc_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, alpha_nc, beta_nc,
+                         gamma_nc, silu)
+    dw, dbias = _finish_affine_grads(ds_nc, db_nc, rstd64, mlo64, G, weight)
+    return dx, dw, dbias
