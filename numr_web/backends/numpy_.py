@@ -104,6 +104,21 @@ def split_mean(mean, ct):
     return hi, lo
 
 
+def refine_mean(mean_hi, residual_sum, m, ct):
+    """The low part of a float32-saved mean from ``sum(x - mean_hi)`` over its group.
+
+    A float32 mean of data offset by 1e5 is off by up to 0.004, which the
+    backward would carry into xhat.  The residual, accumulated in the same
+    pass as the backward's other sums, restores it -- but only within the
+    saved mean's own rounding error, so statistics a caller passes on
+    purpose are used as given.
+    """
+    lo = np.asarray(residual_sum, dtype=np.float64) / max(m, 1)
+    ulp = np.spacing(np.abs(mean_hi).astype(ct)).astype(np.float64)
+    lo = np.where(np.abs(lo) <= ulp, lo, 0.0)
+    return lo.astype(ct)
+
+
 # -- statistics ---------------------------------------------------------------
 
 def group_statistics(xv, eps: float, ct):
@@ -233,6 +248,8 @@ def numpy_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=None)
             dz = dyv if dyv.dtype == ct else dyv.astype(ct)
         ds = np.einsum("ngcs,ngcs->ngc", dz, xc).astype(np.float64)
         dbnc = dz.sum(axis=3, dtype=ct).astype(np.float64)
+        if ct != np.float64 and xv.size and np.nanmax(np.abs(mean_hi) * rstd) > _PLAIN_APPLY_LIMIT:
+            mean_lo = refine_mean(mean_hi, xc.sum(axis=(2, 3), dtype=ct), m, ct)
 
         w64 = w3.astype(np.float64) if w3 is not None else 1.0
         sg = (w64 * dbnc).sum(axis=2)

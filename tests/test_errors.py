@@ -1,0 +1,93 @@
+"""Bad input gets a clear error naming the argument and what was expected."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import numr_web
+from numr_web.errors import DeviceMismatch, ShapeMismatch
+
+X = np.zeros((2, 8, 3, 3), np.float32)
+W = np.ones(8, np.float32)
+MEAN = np.zeros((2, 4), np.float32)
+RSTD = np.ones((2, 4), np.float32)
+
+
+def fwd(**kw):
+    args = dict(x=X, weight=W, bias=W, num_groups=4, eps=1e-5)
+    args.update(kw)
+    act = args.pop("activation", None)
+    return numr_web.ops.group_norm_forward(args["x"], args["weight"], args["bias"], args["num_groups"], args["eps"],
+                                           activation=act)
+
+
+def bwd(**kw):
+    args = dict(dy=X, x=X, mean=MEAN, rstd=RSTD, weight=W, num_groups=4)
+    args.update(kw)
+    return numr_web.ops.group_norm_backward(args["dy"], args["x"], args["mean"], args["rstd"], args["weight"],
+                                            args["num_groups"])
+
+
+# (call, exception type, words the message must contain)
+ERROR_TABLE = {
+    "num_groups zero": (lambda: fwd(num_groups=0), ValueError, ["num_groups", "positive"]),
+    "num_groups negative": (lambda: fwd(num_groups=-2), ValueError, ["num_groups", "positive"]),
+    "num_groups float": (lambda: fwd(num_groups=2.5), TypeError, ["num_groups", "integer"]),
+    "num_groups bool": (lambda: fwd(num_groups=True), TypeError, ["num_groups"]),
+    "num_groups not dividing C": (lambda: fwd(num_groups=3), ShapeMismatch, ["num_groups", "divisible", "8"]),
+    "weight wrong shape": (lambda: fwd(weight=np.ones(7, np.float32)), ShapeMismatch, ["weight", "(8,)", "(7,)"]),
+    "weight 2-D": (lambda: fwd(weight=np.ones((8, 1), np.float32)), ShapeMismatch, ["weight", "(8,)"]),
+    "bias wrong shape": (lambda: fwd(bias=np.ones(9, np.float32)), ShapeMismatch, ["bias", "(8,)", "(9,)"]),
+    "rank 1": (lambda: fwd(x=np.zeros(8, np.float32)), ShapeMismatch, ["x", "2 dimensions", "(8,)"]),
+    "rank 0": (lambda: fwd(x=np.float32(1.0)), ShapeMismatch, ["x", "2 dimensions"]),
+    "eps negative": (lambda: fwd(eps=-1e-5), ValueError, ["eps", "non-negative"]),
+    "eps nan": (lambda: fwd(eps=float("nan")), ValueError, ["eps", "finite"]),
+    "eps inf": (lambda: fwd(eps=float("inf")), ValueError, ["eps", "finite"]),
+    "eps string": (lambda: fwd(eps="1e-5"), TypeError, ["eps"]),
+    "integer dtype": (lambda: fwd(x=np.zeros((2, 8, 3), np.int32)), TypeError, ["x", "floating", "int32"]),
+    "complex dtype": (lambda: fwd(x=np.zeros((2, 8, 3), np.complex64)), TypeError, ["x", "floating", "complex64"]),
+    "bool dtype": (lambda: fwd(x=np.zeros((2, 8, 3), bool)), TypeError, ["x", "floating", "bool"]),
+    "integer weight": (lambda: fwd(weight=np.ones(8, np.int64)), TypeError, ["weight", "floating", "int64"]),
+    "activation unknown": (lambda: fwd(activation="relu"), ValueError, ["activation", "silu", "relu"]),
+    "x not an array": (lambda: fwd(x="abc"), TypeError, ["x", "array"]),
+    "mean wrong shape": (lambda: bwd(mean=np.zeros((2, 3), np.float32)), ShapeMismatch, ["mean", "(N, G)", "(2, 4)"]),
+    "rstd wrong shape": (lambda: bwd(rstd=np.zeros((8,), np.float32)), ShapeMismatch, ["rstd", "(2, 4)"]),
+    "dy wrong shape": (lambda: bwd(dy=np.zeros((2, 8, 3, 4), np.float32)), ShapeMismatch, ["dy", "(2, 8, 3, 3)"]),
+    "dy integer": (lambda: bwd(dy=np.zeros((2, 8, 3, 3), np.int16)), TypeError, ["dy", "floating"]),
+    "backward num_groups": (lambda: bwd(num_groups=5), ShapeMismatch, ["num_groups", "divisible"]),
+    "to_device unknown": (lambda: numr_web.to_device(X, "tpu"), ValueError, ["device", "cpu", "webgpu", "tpu"]),
+    "group_norm public": (lambda: numr_web.group_norm(X, 3), ShapeMismatch, ["num_groups", "divisible"]),
+    "grad seed missing": (lambda: numr_web.Tensor(X, requires_grad=True).reshape(-1).__mul__(2).backward(),
+                          RuntimeError, ["single-element"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ERROR_TABLE))
+def test_bad_input_raises_clear_error(case):
+    call, exc, words = ERROR_TABLE[case]
+    with pytest.raises(exc) as info:
+        call()
+    msg = str(info.value)
+    for w in words:
+        assert w in msg, f"{case}: {w!r} missing from message {msg!r}"
+
+
+def test_shape_mismatch_is_a_value_error():
+    assert issubclass(ShapeMismatch, ValueError)
+    assert issubclass(DeviceMismatch, ValueError)
+
+
+class FakeDeviceArray:
+    """Stands for an array of another device: routes as a WebGPU array would."""
+
+    __numr_web_array__ = True
+    device = "webgpu"
+    shape = (8,)
+    ndim = 1
+    dtype = np.dtype(np.float32)
+    strides = (4,)
+
+
+def test_arrays_on_different_devices_are_rejected():
+    with pytest.raises(DeviceMismatch, match="weight on 'webgpu'"):
+        fwd(weight=FakeDeviceArray())
