@@ -231,20 +231,42 @@ def _shifted_sums(xs, K):
 
 
 @njit(cache=True)
+def _moments_exact(xs):
+    """(mean, M2) of a 1-D slice by a float64 two-pass (the rare redo)."""
+    n = xs.shape[0]
+    s = 0.0
+    for i in range(n):
+        s += np.float64(_load(xs[i]))
+    mean = s / n
+    d1 = 0.0
+    d2 = 0.0
+    for i in range(n):
+        d = np.float64(_load(xs[i])) - mean
+        d1 += d
+        d2 += d * d
+    m1 = d1 / n
+    return mean + m1, max(d2 - d1 * m1, 0.0)
+
+
+@njit(cache=True)
+def _needs_redo(s1, s2, n):
+    """Shift too far from the data (cancellation), or float32 squares overflowed."""
+    m1 = s1 / n
+    var = s2 / n - m1 * m1
+    return (m1 * m1 > 8.0 * var) or (np.isfinite(s1) and not np.isfinite(s2))
+
+
+@njit(cache=True)
 def _slice_moments(xs, proto):
-    """(mean, M2) of a non-empty 1-D slice in float64: shifted sums, redone around the mean
-    when the first element was a poor shift."""
+    """(mean, M2) of a non-empty 1-D slice in float64: shifted sums, redone exactly in
+    float64 when the first element was a poor shift or the squares overflowed."""
     n = xs.shape[0]
     K = _acc(_load(xs[0]), proto)
     s1, s2 = _shifted_sums(xs, K)
+    if _needs_redo(s1, s2, n):
+        return _moments_exact(xs)
     m1 = s1 / n
-    var = max(s2 / n - m1 * m1, 0.0)
-    if m1 * m1 > 8.0 * var:
-        K = _acc(np.float64(K) + m1, proto)
-        s1, s2 = _shifted_sums(xs, K)
-        m1 = s1 / n
-    m2 = max(s2 - s1 * m1, 0.0)
-    return np.float64(K) + m1, m2
+    return np.float64(K) + m1, max(s2 - s1 * m1, 0.0)
 
 
 @njit(fastmath=_EW, cache=True)
@@ -261,16 +283,18 @@ def _apply_slice(xs, ys, mean_hi, scale, shift, silu):
 
 @njit(fastmath=_RED, cache=True)
 def _bwd_sums(dys, xs, mean_hi, scale, shift, silu):
-    """(sum dz*(x - mean_hi), sum dz) over a 1-D slice, float64 result."""
+    """(sum dz*(x - mean_hi), sum dz, sum (x - mean_hi)) over a 1-D slice, float64 result."""
     n = xs.shape[0]
     s_dx = 0.0
     s_d = 0.0
+    s_x = 0.0
     for st in range(0, n, CHUNK):
         ln = min(CHUNK, n - st)
         xsub = xs[st:st + ln]
         dsub = dys[st:st + ln]
         a1 = _acc(0.0, mean_hi)
         a2 = _acc(0.0, mean_hi)
+        a3 = _acc(0.0, mean_hi)
         if silu:
             for i in range(ln):
                 xc = _load(xsub[i]) - mean_hi
@@ -279,14 +303,18 @@ def _bwd_sums(dys, xs, mean_hi, scale, shift, silu):
                 dz = _load(dsub[i]) * (s * (_acc(1.0, z) + z * (_acc(1.0, z) - s)))
                 a1 += dz * xc
                 a2 += dz
+                a3 += xc
         else:
             for i in range(ln):
                 dz = _load(dsub[i])
-                a1 += dz * (_load(xsub[i]) - mean_hi)
+                xc = _load(xsub[i]) - mean_hi
+                a1 += dz * xc
                 a2 += dz
+                a3 += xc
         s_dx += np.float64(a1)
         s_d += np.float64(a2)
-    return s_dx, s_d
+        s_x += np.float64(a3)
+    return s_dx, s_d, s_x
 
 
 @njit(fastmath=_EW, cache=True)
@@ -336,8 +364,11 @@ def fwd_nchw_groups(x2, y2, w, b, G, S, eps, silu, mean_out, rstd_out, proto):
 
 
 @njit(parallel=True, cache=True)
-def bwd_nchw_groups(dy2, x2, dx2, mean_in, rstd_in, w, b, G, S, silu, ds_nc, db_nc, proto):
-    """ds_nc/db_nc: (N*G, Cg) float64 outputs (per (n, c) sums, for dweight/dbias)."""
+def bwd_nchw_groups(dy2, x2, dx2, mean_in, rstd_in, ulp, w, b, G, S, silu, refine, ds_nc, db_nc,
+                    mlo_out, proto):
+    """ds_nc/db_nc: (N*G, Cg) float64 per (n, c) sums (for dweight/dbias); mlo_out: (N*G,) the
+    low part of the mean used.  With ``refine``, the low part of a float32-saved mean is
+    recovered from sum(x - mean_hi) when it lies within the saved mean's rounding (ulp)."""
     NG, M = x2.shape
     Cg = M // S
     for t in prange(NG):
@@ -350,14 +381,21 @@ def bwd_nchw_groups(dy2, x2, dx2, mean_in, rstd_in, w, b, G, S, silu, ds_nc, db_
         c0 = (t % G) * Cg
         sg = 0.0
         sgx = 0.0
+        sx = 0.0
         for j in range(Cg):
             sc = rstd * w[c0 + j]
-            ds, db = _bwd_sums(dyg[j * S:(j + 1) * S], xg[j * S:(j + 1) * S], mean_hi,
-                               _acc(sc, proto), _acc(b[c0 + j] - mlo * sc, proto), silu)
+            ds, db, dsx = _bwd_sums(dyg[j * S:(j + 1) * S], xg[j * S:(j + 1) * S], mean_hi,
+                                    _acc(sc, proto), _acc(b[c0 + j] - mlo * sc, proto), silu)
             ds_nc[t, j] = ds
             db_nc[t, j] = db
             sg += w[c0 + j] * db
             sgx += w[c0 + j] * ds
+            sx += dsx
+        zlo = mlo  # the pre-activation z above used the given low part
+        if refine:
+            lo = sx / M
+            mlo = lo if abs(lo) <= ulp[t] else 0.0
+        mlo_out[t] = mlo
         bb = rstd * (sgx - mlo * sg) / M
         a = sg / M
         beta = _acc(-rstd * rstd * bb, proto)
@@ -365,7 +403,7 @@ def bwd_nchw_groups(dy2, x2, dx2, mean_in, rstd_in, w, b, G, S, silu, ds_nc, db_
         for j in range(Cg):
             sc = rstd * w[c0 + j]
             _bwd_apply_slice(dyg[j * S:(j + 1) * S], xg[j * S:(j + 1) * S], dxg[j * S:(j + 1) * S],
-                             mean_hi, _acc(sc, proto), _acc(b[c0 + j] - mlo * sc, proto),
+                             mean_hi, _acc(sc, proto), _acc(b[c0 + j] - zlo * sc, proto),
                              _acc(sc, proto), beta, gamma, silu)
 
 
@@ -429,7 +467,7 @@ def nchw_piece_apply(x3, y3, P, mhi_nc, scale_nc, shift_nc, silu):
 
 
 @njit(parallel=True, cache=True)
-def nchw_piece_bwd_sums(dy3, x3, P, mhi_nc, scale_nc, shift_nc, silu, pds, pdb):
+def nchw_piece_bwd_sums(dy3, x3, P, mhi_nc, scale_nc, shift_nc, silu, pds, pdb, psx):
     N, C, S = x3.shape
     L = (S + P - 1) // P
     for it in prange(N * C * P):
@@ -440,13 +478,15 @@ def nchw_piece_bwd_sums(dy3, x3, P, mhi_nc, scale_nc, shift_nc, silu, pds, pdb):
         s0 = k * L
         s1 = min(S, s0 + L)
         if s1 > s0:
-            a, d = _bwd_sums(dy3[n, c, s0:s1], x3[n, c, s0:s1], mhi_nc[n, c], scale_nc[n, c],
-                             shift_nc[n, c], silu)
+            a, d, e = _bwd_sums(dy3[n, c, s0:s1], x3[n, c, s0:s1], mhi_nc[n, c], scale_nc[n, c],
+                                shift_nc[n, c], silu)
         else:
             a = 0.0
             d = 0.0
+            e = 0.0
         pds[it] = a
         pdb[it] = d
+        psx[it] = e
 
 
 @njit(parallel=True, cache=True)
@@ -519,21 +559,23 @@ def nhwc_piece_moments(x3, P, pmean, pm2, proto):
         _rows_shifted_sums(rows, K, a1, a2, s1, s2)
         R = r1 - r0
         for c in range(C):
-            m1 = s1[c] / R
-            var = max(s2[c] / R - m1 * m1, 0.0)
-            if m1 * m1 > 8.0 * var:
-                # poor shift: redo this channel of this block centred on its mean (strided, rare)
-                Kc = _acc(np.float64(K[c]) + m1, proto)
+            if _needs_redo(s1[c], s2[c], R):
+                # poor shift or overflow: exact float64 two-pass of this channel's block (rare)
+                t0 = 0.0
+                for r in range(R):
+                    t0 += np.float64(_load(rows[r, c]))
+                mu = t0 / R
                 t1 = 0.0
                 t2 = 0.0
                 for r in range(R):
-                    d = np.float64(_load(rows[r, c]) - Kc)
+                    d = np.float64(_load(rows[r, c])) - mu
                     t1 += d
                     t2 += d * d
-                K[c] = Kc
-                s1[c] = t1
-                s2[c] = t2
                 m1 = t1 / R
+                pmean[n, k, c] = mu + m1
+                pm2[n, k, c] = max(t2 - t1 * m1, 0.0)
+                continue
+            m1 = s1[c] / R
             pmean[n, k, c] = np.float64(K[c]) + m1
             pm2[n, k, c] = max(s2[c] - s1[c] * m1, 0.0)
 
@@ -590,7 +632,7 @@ def _apply_row(xr, yr, mhi, sc, sh, silu):
 
 
 @njit(fastmath=_RED, cache=True)
-def _rows_bwd_sums(dyrows, xrows, mhi, sc, sh, silu, a1, a2, s1, s2):
+def _rows_bwd_sums(dyrows, xrows, mhi, sc, sh, silu, a1, a2, a3, s1, s2, s3):
     R, C = xrows.shape
     rpc = max(1, CHUNK // max(C, 1))
     for r0 in range(0, R, rpc):
@@ -598,6 +640,7 @@ def _rows_bwd_sums(dyrows, xrows, mhi, sc, sh, silu, a1, a2, s1, s2):
         for c in range(C):
             a1[c] = 0
             a2[c] = 0
+            a3[c] = 0
         for r in range(r0, r1):
             xr = xrows[r]
             dr = dyrows[r]
@@ -609,18 +652,22 @@ def _rows_bwd_sums(dyrows, xrows, mhi, sc, sh, silu, a1, a2, s1, s2):
                     dz = _load(dr[c]) * (s * (_acc(1.0, z) + z * (_acc(1.0, z) - s)))
                     a1[c] += dz * xc
                     a2[c] += dz
+                    a3[c] += xc
             else:
                 for c in range(C):
                     dz = _load(dr[c])
-                    a1[c] += dz * (_load(xr[c]) - mhi[c])
+                    xc = _load(xr[c]) - mhi[c]
+                    a1[c] += dz * xc
                     a2[c] += dz
+                    a3[c] += xc
         for c in range(C):
             s1[c] += np.float64(a1[c])
             s2[c] += np.float64(a2[c])
+            s3[c] += np.float64(a3[c])
 
 
 @njit(parallel=True, cache=True)
-def nhwc_bwd_sums(dy3, x3, P, mhi_nc, scale_nc, shift_nc, silu, pds, pdb, proto):
+def nhwc_bwd_sums(dy3, x3, P, mhi_nc, scale_nc, shift_nc, silu, pds, pdb, psx, proto):
     """pds/pdb: (N, P, C) float64 per-block per-channel sums."""
     N, S, C = x3.shape
     L = (S + P - 1) // P
@@ -631,14 +678,17 @@ def nhwc_bwd_sums(dy3, x3, P, mhi_nc, scale_nc, shift_nc, silu, pds, pdb, proto)
         r1 = min(S, r0 + L)
         a1 = _acc_empty(C, proto)
         a2 = _acc_empty(C, proto)
+        a3 = _acc_empty(C, proto)
         s1 = np.zeros(C, dtype=np.float64)
         s2 = np.zeros(C, dtype=np.float64)
+        s3 = np.zeros(C, dtype=np.float64)
         if r1 > r0:
             _rows_bwd_sums(dy3[n, r0:r1], x3[n, r0:r1], mhi_nc[n], scale_nc[n], shift_nc[n],
-                           silu, a1, a2, s1, s2)
+                           silu, a1, a2, a3, s1, s2, s3)
         for c in range(C):
             pds[n, k, c] = s1[c]
             pdb[n, k, c] = s2[c]
+            psx[n, k, c] = s3[c]
 
 
 @njit(fastmath=_EW, cache=True)
