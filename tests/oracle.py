@@ -15,7 +15,8 @@ def _f64(a):
 def forward(x, num_groups, weight=None, bias=None, eps=1e-5, activation=None):
     x = _f64(x)
     n, c = x.shape[:2]
-    xg = x.reshape(n, num_groups, -1)
+    m = (c // num_groups) * int(np.prod(x.shape[2:], dtype=np.int64))
+    xg = x.reshape(n, num_groups, m)
     mean = xg.mean(axis=2)
     var = ((xg - mean[:, :, None]) ** 2).mean(axis=2)
     rstd = 1.0 / np.sqrt(var + eps)
@@ -34,7 +35,8 @@ def backward(dy, x, num_groups, weight=None, bias=None, eps=1e-5, activation=Non
     n, c = x.shape[:2]
     bshape = (1, c) + (1,) * (x.ndim - 2)
     _, mean, rstd = forward(x, num_groups, eps=eps)
-    xg = x.reshape(n, num_groups, -1)
+    m = (c // num_groups) * int(np.prod(x.shape[2:], dtype=np.int64))
+    xg = x.reshape(n, num_groups, m)
     xhat = ((xg - mean[:, :, None]) * rstd[:, :, None]).reshape(x.shape)
     w = _f64(weight).reshape(bshape) if weight is not None else np.ones(bshape)
     dz = dy
@@ -42,8 +44,8 @@ def backward(dy, x, num_groups, weight=None, bias=None, eps=1e-5, activation=Non
         z = xhat * w + (_f64(bias).reshape(bshape) if bias is not None else 0.0)
         s = 1.0 / (1.0 + np.exp(-z))
         dz = dy * s * (1 + z * (1 - s))
-    g = (dz * w).reshape(n, num_groups, -1)
-    xh = xhat.reshape(n, num_groups, -1)
+    g = (dz * w).reshape(n, num_groups, m)
+    xh = xhat.reshape(n, num_groups, m)
     dx = rstd[:, :, None] * (g - g.mean(axis=2, keepdims=True) - xh * (g * xh).mean(axis=2, keepdims=True))
     axes = (0,) + tuple(range(2, x.ndim))
     dw = (dz * xhat).sum(axis=axes) if weight is not None else None

@@ -1,0 +1,217 @@
+"""The benchmark behind ``numr-web bench``.
+
+Every figure is a median over interleaved samples taken in one process:
+forward, backward, a same-size device copy and (with ``--compare torch``)
+PyTorch's forward and backward, one after the other in each round, so that a
+noisy neighbour slows all of them alike.  Ratios are medians of per-round
+ratios.  Effective GB/s counts the bytes a kernel must move at the least:
+forward reads x and writes y, backward reads dy and x and writes dx, the copy
+reads and writes the array once.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+#: (N, C, H, W, G): the standard shapes (diffusion UNet stages and a ResNet stage)
+BENCH_SHAPES = [
+    (2, 320, 64, 64, 32),
+    (2, 640, 32, 32, 32),
+    (2, 1280, 16, 16, 32),
+    (8, 64, 56, 56, 32),
+    (16, 1280, 8, 8, 32),
+]
+
+
+def parse_shapes(text):
+    if not text:
+        return list(BENCH_SHAPES)
+    shapes = []
+    for part in text.split(";"):
+        nums = tuple(int(v) for v in part.replace("x", ",").split(",") if v.strip())
+        if len(nums) < 3:
+            raise ValueError(f"--shapes: expected N,C,...,G per shape, got {part!r}")
+        shapes.append(nums)
+    return shapes
+
+
+def _progress(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _samples_per_timing(fn, timer, budget=0.004):
+    """How many calls one sample should hold so it lasts about ``budget`` seconds."""
+    t = min(timer(fn, 1, 1))
+    return max(1, min(50, int(budget / max(t, 1e-7))))
+
+
+class _Torch:
+    def __init__(self, threads, layout):
+        import torch
+
+        self.torch = torch
+        if threads:
+            torch.set_num_threads(threads)
+        self.layout = layout
+
+    def setup(self, x, w, b, dy, groups, eps):
+        torch = self.torch
+        fmt = torch.channels_last if self.layout == "nhwc" and x.ndim == 4 else torch.contiguous_format
+        to = lambda a: torch.from_numpy(np.ascontiguousarray(a.astype(np.float32) if a.dtype != x.dtype else a))
+        tx = to(x).contiguous(memory_format=fmt)
+        tdy = to(dy).contiguous(memory_format=fmt)
+        tw, tb = to(w), to(b)
+        n, c = x.shape[:2]
+        hw = math.prod(x.shape[2:])
+        _, mean, rstd = torch.ops.aten.native_group_norm(tx, tw, tb, n, c, hw, groups, eps)
+
+        def fwd():
+            torch.nn.functional.group_norm(tx, groups, tw, tb, eps)
+
+        def bwd():
+            torch.ops.aten.native_group_norm_backward(tdy, tx, mean, rstd, tw, n, c, hw, groups, [True, True, True])
+
+        return fwd, bwd
+
+    def version(self):
+        return f"torch {self.torch.__version__}, {self.torch.get_num_threads()} threads"
+
+
+def run_bench(args) -> int:
+    import numr_web
+    from numr_web.backends import get_backend, numpy_
+    from numr_web.layout import BFLOAT16
+
+    shapes = parse_shapes(args.shapes)
+    repeat = args.repeat
+    if args.quick:
+        shapes = sorted(shapes, key=lambda s: math.prod(s[:-1]))[:2]
+        repeat = min(repeat, 3)
+    if args.threads:
+        os.environ.setdefault("NUMBA_NUM_THREADS", str(args.threads))
+    numpy_.set_cpu_path(args.cpu_path)
+    device = args.backend
+    be = get_backend(device)
+    dt = BFLOAT16 if args.dtype == "bfloat16" else np.dtype(args.dtype)
+    torch_side = _Torch(args.threads, args.layout) if args.compare == "torch" else None
+
+    label = be.name
+    if device == "cpu":
+        label = f"cpu ({numpy_.cpu_path()} path)"
+    header = [f"numr_web {numr_web.__version__} bench: backend {label}, {args.dtype}, {args.layout}, "
+              f"{repeat} interleaved samples, medians; {platform.machine()} {os.cpu_count()} cores; "
+              f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}"]
+    if torch_side is not None:
+        header.append(f"compared with {torch_side.version()}")
+    for line in header:
+        print(line)
+
+    rows = []
+    rng = np.random.default_rng(0)
+    for si, shape in enumerate(shapes):
+        *dims, groups = shape
+        dims = tuple(dims)
+        _progress(f"[{si + 1}/{len(shapes)}] shape {dims} G={groups} ...")
+        x = rng.standard_normal(dims).astype(dt)
+        dy = rng.standard_normal(dims).astype(dt)
+        if args.layout == "nhwc":
+            from numr_web.layout import channels_last_perm
+
+            perm = channels_last_perm(len(dims))
+            inv = tuple(int(i) for i in np.argsort(perm))
+            x = np.ascontiguousarray(x.transpose(perm)).transpose(inv)
+            dy = np.ascontiguousarray(dy.transpose(perm)).transpose(inv)
+        w = rng.standard_normal(dims[1]).astype(np.float32)
+        b = rng.standard_normal(dims[1]).astype(np.float32)
+        X, DY, W, B = (numr_web.to_device(a, device) for a in (x, dy, w, b))
+        _, mean, rstd = numr_web.ops.group_norm_forward(X, W, B, groups, 1e-5)
+
+        fns = {
+            "fwd": lambda: numr_web.ops.group_norm_forward(X, W, B, groups, 1e-5),
+            "bwd": lambda: numr_web.ops.group_norm_backward(DY, X, mean, rstd, W, groups),
+            "copy": lambda: be.copy(X),
+        }
+        if torch_side is not None:
+            fns["torch_fwd"], fns["torch_bwd"] = torch_side.setup(x, w, b, dy, groups, 1e-5)
+        timers = {k: (be.timer if not k.startswith("torch") else _wall_timer) for k in fns}
+        per_sample = {k: _samples_per_timing(fn, timers[k]) for k, fn in fns.items()}
+        samples = {k: [] for k in fns}
+        for _ in range(repeat):
+            for k, fn in fns.items():
+                ts = timers[k](fn, per_sample[k], 0)
+                samples[k].append(sum(ts) / len(ts))
+        med = {k: statistics.median(v) for k, v in samples.items()}
+        nbytes = x.nbytes
+        row = {
+            "shape": list(dims), "groups": groups, "dtype": args.dtype, "layout": args.layout,
+            "backend": be.name, "cpu_path": numpy_.cpu_path() if device == "cpu" else None,
+            "fwd_ms": med["fwd"] * 1e3, "bwd_ms": med["bwd"] * 1e3, "copy_ms": med["copy"] * 1e3,
+            "fwd_gbps": 2 * nbytes / med["fwd"] / 1e9, "bwd_gbps": 3 * nbytes / med["bwd"] / 1e9,
+            "copy_gbps": 2 * nbytes / med["copy"] / 1e9,
+        }
+        # fraction of the copy's throughput, per round
+        row["fwd_of_copy"] = statistics.median(
+            (2 * nbytes / f) / (2 * nbytes / c) for f, c in zip(samples["fwd"], samples["copy"]))
+        row["bwd_of_copy"] = statistics.median(
+            (3 * nbytes / f) / (2 * nbytes / c) for f, c in zip(samples["bwd"], samples["copy"]))
+        if torch_side is not None:
+            row["torch_fwd_ms"] = med["torch_fwd"] * 1e3
+            row["torch_bwd_ms"] = med["torch_bwd"] * 1e3
+            row["fwd_vs_torch"] = statistics.median(a / t for a, t in zip(samples["fwd"], samples["torch_fwd"]))
+            row["bwd_vs_torch"] = statistics.median(a / t for a, t in zip(samples["bwd"], samples["torch_bwd"]))
+            row["total_vs_torch"] = statistics.median(
+                (a + c) / (t + u) for a, c, t, u in
+                zip(samples["fwd"], samples["bwd"], samples["torch_fwd"], samples["torch_bwd"]))
+        rows.append(row)
+        _progress("    " + _format_row(row, torch_side is not None))
+
+    print(_table(rows, torch_side is not None))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"header": header, "rows": rows, "time": time.strftime("%Y-%m-%d %H:%M:%S")}, fh, indent=1)
+        print(f"wrote {len(rows)} rows to {args.json}")
+    return 0
+
+
+def _wall_timer(fn, repeat, warmup=1):
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def _format_row(r, torch):
+    s = (f"fwd {r['fwd_ms']:.3f} ms ({r['fwd_of_copy']:.2f} of copy), "
+         f"bwd {r['bwd_ms']:.3f} ms ({r['bwd_of_copy']:.2f} of copy)")
+    if torch:
+        s += f", vs torch fwd {r['fwd_vs_torch']:.2f}x bwd {r['bwd_vs_torch']:.2f}x"
+    return s
+
+
+def _table(rows, torch):
+    cols = [("shape", lambda r: "x".join(map(str, r["shape"])) + f" G{r['groups']}"),
+            ("fwd ms", lambda r: f"{r['fwd_ms']:.3f}"), ("bwd ms", lambda r: f"{r['bwd_ms']:.3f}"),
+            ("copy ms", lambda r: f"{r['copy_ms']:.3f}"),
+            ("fwd GB/s", lambda r: f"{r['fwd_gbps']:.1f}"), ("bwd GB/s", lambda r: f"{r['bwd_gbps']:.1f}"),
+            ("fwd/copy", lambda r: f"{r['fwd_of_copy']:.2f}"), ("bwd/copy", lambda r: f"{r['bwd_of_copy']:.2f}")]
+    if torch:
+        cols += [("torch fwd ms", lambda r: f"{r['torch_fwd_ms']:.3f}"),
+                 ("torch bwd ms", lambda r: f"{r['torch_bwd_ms']:.3f}"),
+                 ("fwd/torch", lambda r: f"{r['fwd_vs_torch']:.2f}"),
+                 ("bwd/torch", lambda r: f"{r['bwd_vs_torch']:.2f}"),
+                 ("(f+b)/torch", lambda r: f"{r['total_vs_torch']:.2f}")]
+    lines = ["| " + " | ".join(c for c, _ in cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        lines.append("| " + " | ".join(f(r) for _, f in cols) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,60 @@
+"""The console script: info, demo and bench run and print what they promise."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args, timeout=600):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run([sys.executable, "-m", "numr_web.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def test_info_lists_every_backend_with_a_reason():
+    out = run("info")
+    assert out.returncode == 0, out.stderr
+    for device in ("cpu", "cuda", "webgpu"):
+        assert f"] {device}:" in out.stdout
+    assert "[yes] cpu" in out.stdout
+    assert "cpu path:" in out.stdout
+
+
+def test_demo_prints_statistics_and_gradients():
+    out = run("demo")
+    assert out.returncode == 0, out.stderr
+    assert "loss =" in out.stdout and "dL/dweight" in out.stdout
+    # six (n, g) rows whose std column is positive and whose gradient sums are ~0
+    rows = [ln for ln in out.stdout.splitlines() if ln.count("|") == 3 and ln.split("|")[0].split()[0].isdigit()]
+    assert len(rows) == 6
+    for r in rows:
+        _, stats, _, grads = r.split("|")
+        assert float(stats.split()[1]) > 0
+        assert abs(float(grads.split()[1])) < 1e-5
+
+
+@pytest.mark.parametrize("path", ["numpy", "fused"])
+def test_bench_quick_writes_json_rows(tmp_path, path):
+    from conftest import require_target
+
+    require_target(f"cpu-{path}")
+    dest = tmp_path / "rows.json"
+    out = run("bench", "--quick", "--cpu-path", path, "--json", str(dest))
+    assert out.returncode == 0, out.stderr
+    data = json.loads(dest.read_text())
+    assert len(data["rows"]) == 2
+    for row in data["rows"]:
+        assert row["cpu_path"] == path
+        assert row["fwd_ms"] > 0 and row["bwd_ms"] > 0 and row["copy_ms"] > 0
+        assert 0 < row["fwd_of_copy"] and 0 < row["bwd_of_copy"]
+    assert "OPENBLAS_NUM_THREADS=1" in out.stdout
+    assert "| shape |" in out.stdout
+
+
+def test_bench_rejects_bad_shapes():
+    out = run("bench", "--shapes", "2,3")
+    assert out.returncode == 2 and "--shapes" in out.stderr and "Traceback" not in out.stderr
