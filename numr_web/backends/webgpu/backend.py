@@ -1,0 +1,190 @@
+"""The WebGPU backend object the registry finds as ``numr_web.backends.webgpu.BACKEND``."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from numr_web.backends.base import Backend
+from numr_web.backends.webgpu import device as _device
+from numr_web.backends.webgpu import group_norm as _gn
+from numr_web.backends.webgpu import ops
+from numr_web.backends.webgpu.array import WebGPUArray, as_dtype, memory_order
+from numr_web.backends.webgpu.device import Scratch
+
+_KEY_LIMITS = ("max-storage-buffer-binding-size", "max-buffer-size", "max-compute-workgroup-storage-size",
+               "max-compute-invocations-per-workgroup", "max-compute-workgroups-per-dimension",
+               "min-storage-buffer-offset-alignment")
+
+
+def _lost_guard(fn):
+    """A lost device turns into BackendUnavailable, and the next call gets a new device."""
+    def wrapper(self, *args, **kwargs):
+        try:
+            return fn(self, *args, **kwargs)
+        except Exception as exc:
+            ctx = _device.current()
+            transport = ctx.transport if ctx is not None else _device._state["transport"]
+            if hasattr(transport, "is_device_lost") and transport.is_device_lost(exc):
+                if ctx is not None:
+                    _device.mark_lost(ctx)
+                from numr_web.errors import BackendUnavailable
+
+                raise BackendUnavailable(
+                    "the WebGPU device was lost (driver reset or destroyed); the next call requests a new "
+                    "device: move the arrays there again with numr_web.to_device") from exc
+            raise
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+class WebGPUBackend(Backend):
+    name = "webgpu"
+    device = "webgpu"
+    #: no array namespace: double backward (the differentiable composite) is
+    #: not available on WebGPU; autograd says to use the cpu or cuda device.
+    xp = None
+
+    def __init__(self):
+        self._copy_variant = None
+        self.timer_batch = 4
+
+    # -- discovery -------------------------------------------------------------
+    def available(self):
+        from numr_web.errors import BackendUnavailable
+
+        try:
+            ctx = _device.context()
+        except BackendUnavailable as exc:
+            return False, str(exc)
+        i = ctx.dev.info
+        return True, f"{i['adapter']} ({i['backend']}, {i['adapter_type']}) via {i['transport']}"
+
+    def owns(self, array):
+        return isinstance(array, WebGPUArray)
+
+    def info(self):
+        ok, why = self.available()
+        d = {"available": ok, "detail": why}
+        if not ok:
+            return d
+        ctx = _device.context()
+        i = ctx.dev.info
+        d.update({
+            "adapter": i["adapter"], "vendor": i["vendor"], "description": i["description"],
+            "backend": i["backend"], "adapter type": i["adapter_type"], "transport": i["transport"],
+            "features": ", ".join(sorted(ctx.dev.features)),
+            "float16 storage": "shader-f16" if ctx.dtype_key("float16") == "f16" else "pack2x16float (u32 pairs)",
+            "bfloat16 storage": "u32 pairs (bit shifts)",
+            "copy kernel (bench yardstick)": self._copy_variant or "chosen on first bench copy",
+        })
+        for k in _KEY_LIMITS:
+            if k in ctx.dev.limits:
+                d[k] = ctx.dev.limits[k]
+        return d
+
+    # -- transfers -----------------------------------------------------------------
+    @_lost_guard
+    def from_numpy(self, array):
+        a = np.asarray(array)
+        if a.dtype == np.float64 or a.dtype.kind in "iub":
+            as_dtype(a.dtype)  # raises the TypeError with the reason
+        dt = as_dtype(a.dtype)
+        ctx = _device.context()
+        order = memory_order(a.shape, a.strides)
+        from numr_web.layout import memory_layout, channels_last_perm
+
+        if a.ndim >= 3 and memory_layout(a.shape, a.strides, a.itemsize) == "nhwc":
+            order = channels_last_perm(a.ndim)
+        else:
+            order = tuple(range(a.ndim))
+        phys = np.ascontiguousarray(a.transpose(order))
+        strides = [0] * a.ndim
+        for i, d in enumerate(order):
+            strides[d] = phys.strides[i]
+        out = WebGPUArray(Scratch(ctx, a.nbytes), a.shape, dt, tuple(strides))
+        ctx.transport.write_buffer(ctx.dev, out.buffer, 0, phys.view(np.uint8).reshape(-1))
+        return out
+
+    @_lost_guard
+    def from_buffer(self, buf, shape, dtype):
+        dt = as_dtype(dtype)
+        shape = tuple(int(n) for n in shape)
+        if any(n < 0 for n in shape):
+            raise ValueError(f"shape: extents must be >= 0, got {shape}")
+        mv = memoryview(buf).cast("B")
+        count = 1
+        for n in shape:
+            count *= n
+        if len(mv) != count * dt.itemsize:
+            raise ValueError(f"buf: expected {count * dt.itemsize} bytes for shape {shape} of {dt.name}, got {len(mv)}")
+        ctx = _device.context()
+        out = WebGPUArray(Scratch(ctx, len(mv)), shape, dt)
+        ctx.transport.write_buffer(ctx.dev, out.buffer, 0, mv)
+        return out
+
+    @_lost_guard
+    def to_numpy(self, array):
+        return array.get()
+
+    # -- kernels -------------------------------------------------------------------------
+    @_lost_guard
+    def group_norm_forward(self, x, weight, bias, num_groups, eps, activation=None):
+        return _gn.forward(x, weight, bias, num_groups, eps, activation)
+
+    @_lost_guard
+    def group_norm_backward(self, dy, x, mean, rstd, weight, bias, num_groups, activation=None):
+        return _gn.backward(dy, x, mean, rstd, weight, bias, num_groups, activation)
+
+    # -- generic ---------------------------------------------------------------------------
+    @_lost_guard
+    def synchronize(self):
+        ctx = _device.current()
+        if ctx is not None:
+            ctx.wait()
+
+    @_lost_guard
+    def copy(self, array):
+        """A same-size copy by the faster of the plain WGSL copy kernels on this adapter."""
+        if self._copy_variant is None:
+            self._copy_variant = self.choose_copy_variant(array)
+        return ops.device_copy(array, self._copy_variant)
+
+    def choose_copy_variant(self, array, repeat=3):
+        """Time each copy kernel on ``array``; the fastest is the benchmark's yardstick."""
+        best = None
+        for v in ops.COPY_VARIANTS:
+            out = ops.empty_like(array)
+            t = min(self.timer(lambda: ops.device_copy(array, v, out), repeat, warmup=1))
+            if best is None or t < best[0]:
+                best = (t, v)
+        return best[1]
+
+    def copy_times(self, array, repeat=5):
+        """Seconds per copy for every copy kernel (for the benchmark's notes)."""
+        out = ops.empty_like(array)
+        return {v: sorted(self.timer(lambda: ops.device_copy(array, v, out), repeat))[repeat // 2]
+                for v in ops.COPY_VARIANTS}
+
+    @_lost_guard
+    def full_like(self, array, value):
+        return ops.fill_like(array, value)
+
+    def timer(self, fn, repeat, warmup=1):
+        """Device time per call: each repeat queues ``timer_batch`` calls, then waits once."""
+        for _ in range(max(warmup, 1)):
+            fn()
+        self.synchronize()
+        k = self.timer_batch
+        out = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            for _ in range(k):
+                fn()
+            self.synchronize()
+            out.append((time.perf_counter() - t0) / k)
+        return out
+
+
+BACKEND = WebGPUBackend()

@@ -1,0 +1,230 @@
+"""The WebGPU device: lazy creation, pipeline cache, buffer pool, lost devices.
+
+Nothing here touches hardware at import time.  ``context()`` creates the
+device on first use and again after a loss; ``launch()`` is the one way to
+run a WGSL kernel (source assembly -> cached pipeline -> dispatch), whichever
+transport is underneath.
+"""
+from __future__ import annotations
+
+import threading
+
+from numr_web.backends.webgpu import source
+from numr_web.backends.webgpu import transport_wgpu as _default_transport
+
+INSTALL_HINT = (
+    "install wgpu-py (pip install 'numr-web[webgpu]') and a WebGPU-capable driver; "
+    "on a machine without a GPU, Mesa's software Vulkan driver lavapipe works "
+    "(Debian/Ubuntu: apt-get install mesa-vulkan-drivers libvulkan1)"
+)
+
+ALIGN = 16                 # every buffer is padded to whole 16-byte units (kernels write whole vec4s)
+OFFSET_ALIGN = 256         # WebGPU's default minStorageBufferOffsetAlignment
+MAX_DISPATCH = 65535       # workgroups per grid dimension
+_POOL_IDLE_BYTES = 768 << 20
+
+
+def _unavailable(msg):
+    from numr_web.errors import BackendUnavailable
+
+    return BackendUnavailable(msg)
+
+
+def round_up(n, a):
+    return (int(n) + a - 1) // a * a
+
+
+class Context:
+    """One adapter + device and everything cached on it."""
+
+    def __init__(self, transport, dev, generation):
+        self.transport = transport
+        self.dev = dev
+        self.generation = generation
+        self.pipelines = {}
+        self.pool = {}            # size -> [buffers]
+        self.pool_bytes = 0
+        self.live_bytes = 0
+        self.use_shader_f16 = "shader-f16" in dev.features
+        self.max_binding = int(dev.limits.get("max-storage-buffer-binding-size", 128 << 20))
+        self.max_buffer = int(dev.limits.get("max-buffer-size", 256 << 20))
+        self._dummy = None
+        self.lock = threading.RLock()
+
+    # -- buffers -------------------------------------------------------------
+    def alloc(self, nbytes):
+        size = max(round_up(nbytes, 256), 256)
+        if size > self.max_buffer:
+            raise ValueError(f"a {nbytes}-byte array exceeds this adapter's maxBufferSize ({self.max_buffer} bytes)")
+        with self.lock:
+            free = self.pool.get(size)
+            if free:
+                self.pool_bytes -= size
+                self.live_bytes += size
+                return free.pop(), size
+        buf = self.transport.create_buffer(self.dev, size)
+        self.live_bytes += size
+        return buf, size
+
+    def release(self, buf, size):
+        with self.lock:
+            self.live_bytes -= size
+            if self.dev.lost:
+                return
+            if self.pool_bytes + size > _POOL_IDLE_BYTES:
+                self.transport.destroy_buffer(buf)
+                return
+            self.pool.setdefault(size, []).append(buf)
+            self.pool_bytes += size
+
+    def trim(self):
+        """Destroy every idle pooled buffer."""
+        with self.lock:
+            for bufs in self.pool.values():
+                for b in bufs:
+                    self.transport.destroy_buffer(b)
+            self.pool.clear()
+            self.pool_bytes = 0
+
+    @property
+    def dummy(self):
+        if self._dummy is None:
+            self._dummy = self.transport.create_buffer(self.dev, 256)
+        return self._dummy
+
+    # -- kernels -------------------------------------------------------------
+    def dtype_key(self, name):
+        """WGSL storage format for a dtype name ("float32", "float16", "bfloat16")."""
+        if name == "float32":
+            return "f32"
+        if name == "float16":
+            return "f16" if (self.use_shader_f16 and "shader-f16" in self.dev.features) else "f16_packed"
+        if name == "bfloat16":
+            return "bf16"
+        raise TypeError(f"dtype {name} has no WGSL storage format")
+
+    def pipeline(self, kernel, entry, dtypes, constants):
+        key = (kernel, entry, tuple(sorted(dtypes.items())), tuple(sorted(constants.items())))
+        pipe = self.pipelines.get(key)
+        if pipe is None:
+            code = source.build(kernel, dtypes, constants)
+            pipe = self.transport.create_pipeline(self.dev, code, entry, source.binding_kinds(code))
+            self.pipelines[key] = pipe
+        return pipe
+
+    def launch(self, kernel, entry, dtypes, constants, bindings, workgroups, params=None):
+        """Run ``entry`` of ``kernel`` over ``workgroups`` (an int, spread over a 2-D grid).
+
+        ``bindings``: list of ``(buffer, offset, size)`` or ``buffer`` (whole);
+        ``params``: bytes for the last binding (a small read-only storage buffer).
+        """
+        pipe = self.pipeline(kernel, entry, dtypes, constants)
+        binds = []
+        for b in bindings:
+            if isinstance(b, tuple):
+                binds.append(b)
+            else:
+                binds.append((b.buffer, 0, b.size))
+        held = None
+        if params is not None:
+            held = Scratch(self, len(params))
+            self.transport.write_buffer(self.dev, held.buffer, 0, params)
+            binds.append((held.buffer, 0, held.size))
+        self.transport.dispatch(self.dev, pipe, binds, grid(workgroups))
+        return held
+
+    def wait(self):
+        self.transport.wait(self.dev)
+
+
+class Scratch:
+    """A pooled device buffer owned by one Python object (returned on collection)."""
+
+    __slots__ = ("ctx", "buffer", "size", "nbytes", "generation", "__weakref__")
+
+    def __init__(self, ctx, nbytes):
+        self.ctx = ctx
+        self.nbytes = int(nbytes)
+        self.buffer, self.size = ctx.alloc(max(self.nbytes, 16))
+        self.generation = ctx.generation
+
+    def __del__(self):
+        try:
+            if self.buffer is not None:
+                self.ctx.release(self.buffer, self.size)
+                self.buffer = None
+        except Exception:
+            pass
+
+
+def grid(workgroups):
+    """An int count of workgroups -> (x, y, 1) within the per-dimension limit."""
+    w = int(workgroups)
+    if w <= MAX_DISPATCH:
+        return (max(w, 1), 1, 1)
+    y = -(-w // MAX_DISPATCH)
+    x = -(-w // y)
+    return (x, y, 1)
+
+
+# -- the current context ------------------------------------------------------
+
+_state = {"ctx": None, "generation": 0, "transport": _default_transport, "options": {}, "error": None}
+_lock = threading.Lock()
+
+
+def configure(*, transport=None, **options):
+    """Choose the transport and device request options (power_preference,
+    required_features, required_limits, want_f16); the next call makes a new device.
+
+    ``configure()`` with no arguments restores the defaults.
+    """
+    with _lock:
+        _state["transport"] = transport or _default_transport
+        _state["options"] = dict(options)
+        _drop()
+
+
+def _drop():
+    ctx = _state["ctx"]
+    if ctx is not None:
+        ctx.dev.lost = True
+    _state["ctx"] = None
+    _state["error"] = None
+
+
+def context() -> Context:
+    """The live context; creates the device on first use and after a loss."""
+    ctx = _state["ctx"]
+    if ctx is not None and not ctx.dev.lost:
+        return ctx
+    with _lock:
+        ctx = _state["ctx"]
+        if ctx is not None and not ctx.dev.lost:
+            return ctx
+        transport = _state["transport"]
+        why = transport.import_error()
+        if why is not None:
+            raise _unavailable(f"WebGPU is not usable here: wgpu-py could not be imported ({why}); {INSTALL_HINT}")
+        try:
+            dev = transport.request_device(_state["options"])
+        except Exception as exc:
+            raise _unavailable(f"WebGPU is not usable here: {exc}; {INSTALL_HINT}") from exc
+        _state["generation"] += 1
+        ctx = Context(transport, dev, _state["generation"])
+        _state["ctx"] = ctx
+        return ctx
+
+
+def current():
+    """The live context or None (never creates one)."""
+    ctx = _state["ctx"]
+    return ctx if ctx is not None and not ctx.dev.lost else None
+
+
+def mark_lost(ctx):
+    """Forget ``ctx``: its device is gone; the next call requests a new one."""
+    with _lock:
+        ctx.dev.lost = True
+        if _state["ctx"] is ctx:
+            _state["ctx"] = None

@@ -1,0 +1,217 @@
+"""GroupNorm launches: which WGSL variant, how the work is cut, chunking."""
+from __future__ import annotations
+
+import math
+import struct
+from functools import lru_cache
+
+import numpy as np
+
+from numr_web.backends.webgpu import ops
+from numr_web.backends.webgpu.array import WebGPUArray
+from numr_web.backends.webgpu.device import OFFSET_ALIGN, Scratch, round_up
+from numr_web.layout import memory_layout
+
+WG = 64            # threads per (n, g) workgroup
+F32 = np.dtype(np.float32)
+
+
+@lru_cache(maxsize=1024)
+def plan_pieces(a_count: int, steps: int, wg: int = WG) -> int:
+    """Pieces per row so that a_count * P items spread evenly over ``wg`` threads.
+
+    Cost of the busiest thread: (items it walks) * (setup) + (steps it walks).
+    """
+    best, best_p = None, 1
+    for p in range(1, max(1, min(steps, 1024)) + 1):
+        items = a_count * p
+        rounds = -(-items // wg)
+        cost = rounds * (-(-steps // p) + 4)
+        if best is None or cost < best:
+            best, best_p = cost, p
+    return best_p
+
+
+class Layout:
+    """Shape facts of one call."""
+
+    def __init__(self, x: WebGPUArray, num_groups: int):
+        self.N, self.C = x.shape[:2]
+        self.HW = math.prod(x.shape[2:])
+        self.G = num_groups
+        self.Cg = self.C // num_groups
+        self.M = self.Cg * self.HW
+        self.nhwc = memory_layout(x.shape, x.strides, x.itemsize) == "nhwc"
+        self.vec = 4 if ((not self.nhwc and self.HW % 4 == 0) or (self.nhwc and self.Cg % 4 == 0)) else 1
+        self.fused = self.vec == 4
+        self.A = self.Cg // 4 if (self.nhwc and self.vec == 4) else self.Cg
+        self.steps = self.HW if self.nhwc else self.HW // self.vec
+        self.P = plan_pieces(self.A, self.steps)
+        self.items = self.A * self.P
+        self.isz = x.itemsize
+
+    def chunks(self, max_binding, part_bytes_per_group=0):
+        """Ranges of whole groups (NCHW) or samples (channels-last), each within one binding.
+
+        Yields (g_first, ngroups, byte_offset, byte_size, x_base, count).  Every
+        chunk starts at a multiple of 4 elements; binding offsets are 256-aligned.
+        """
+        unit_elems = self.HW * self.C if self.nhwc else self.M
+        per_unit_groups = self.G if self.nhwc else 1
+        total_units = self.N if self.nhwc else self.N * self.G
+        unit_bytes = unit_elems * self.isz
+        total = total_units * unit_bytes
+        part_unit = part_bytes_per_group * per_unit_groups
+        if total <= max_binding and part_unit * total_units <= max_binding:
+            yield 0, total_units * per_unit_groups, 0, round_up(total, 16), 0, total_units * unit_elems
+            return
+        k0 = 4 // math.gcd(unit_elems, 4)
+        per = (max_binding - OFFSET_ALIGN - 16) // max(unit_bytes, 1)
+        if part_unit:
+            per = min(per, max_binding // part_unit)
+        per = per // k0 * k0
+        if per < 1:
+            what = "sample (channels-last)" if self.nhwc else "group"
+            raise ValueError(
+                f"x: one {what} holds {unit_bytes} bytes, more than this adapter binds at once "
+                f"(maxStorageBufferBindingSize {max_binding}); use fewer elements per group or the cpu/cuda device")
+        u0 = 0
+        while u0 < total_units:
+            u1 = min(total_units, u0 + per)
+            start = u0 * unit_bytes
+            off = start // OFFSET_ALIGN * OFFSET_ALIGN
+            size = round_up(u1 * unit_bytes, 16) - off
+            yield (u0 * per_unit_groups, (u1 - u0) * per_unit_groups, off, size,
+                   (start - off) // self.isz, (u1 - u0) * unit_elems)
+            u0 = u1
+
+    def params(self, x_base, g_first, ngroups, eps=0.0):
+        return struct.pack("<12I2f2I", self.C, self.HW, self.G, self.Cg, self.A, self.P, self.items,
+                           self.steps, x_base, g_first, ngroups, self.M, float(eps),
+                           1.0 / self.M if self.M else 0.0, 0, 0)
+
+    def flat_params(self, x_base, g_first, count):
+        return struct.pack("<8I", self.C, self.HW, self.G, self.Cg, x_base, g_first // self.G, g_first, count)
+
+    def constants(self, apply, silu, affine):
+        return {"NHWC": self.nhwc, "VEC": self.vec, "APPLY": apply, "SILU": silu, "AFFINE": affine, "WG": WG}
+
+
+def _f32_param(v):
+    if v is None:
+        return None
+    return v if v.dtype == F32 else ops.convert(v, F32)
+
+
+def _whole(ctx, arr_or_buf):
+    buf = arr_or_buf.buffer if isinstance(arr_or_buf, (WebGPUArray, Scratch)) else arr_or_buf
+    size = arr_or_buf.size if isinstance(arr_or_buf, Scratch) else (
+        arr_or_buf._storage.size if isinstance(arr_or_buf, WebGPUArray) else 256)
+    return (buf, 0, min(size, ctx.max_binding))
+
+
+def _stat(ctx, arr):
+    return _whole(ctx, arr if arr is not None else ctx.dummy)
+
+
+def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation=None):
+    ctx = x.ctx
+    if memory_layout(x.shape, x.strides, x.itemsize) == "other":
+        x = ops.convert(x, x.dtype, c_order=True)
+    L = Layout(x, num_groups)
+    y = ops.empty_like(x)
+    mean = ops.empty(ctx, (L.N, L.G), F32)
+    rstd = ops.empty(ctx, (L.N, L.G), F32)
+    if L.N * L.G == 0:
+        return y, mean, rstd
+    if L.M == 0:
+        return y, ops.full(ctx, (L.N, L.G), F32, 0.0), ops.full(ctx, (L.N, L.G), F32, 1.0 / math.sqrt(eps))
+    w, b = _f32_param(weight), _f32_param(bias)
+    affine = w is not None
+    if affine and b is None:
+        b = ops.full(ctx, w.shape, F32, 0.0)
+    elif b is not None and not affine:
+        w = ops.full(ctx, b.shape, F32, 1.0)
+        affine = True
+    silu = activation == "silu"
+    aux = Scratch(ctx, L.N * L.G * 16)
+    key = ctx.dtype_key(x.dtype.name)
+    dt = {"X": key, "Y": key}
+    wb = [_whole(ctx, w) if affine else _whole(ctx, ctx.dummy), _whole(ctx, b) if affine else _whole(ctx, ctx.dummy)]
+    for g_first, ngroups, off, size, x_base, count in L.chunks(ctx.max_binding):
+        xb = (x.buffer, off, size)
+        yb = (y.buffer, off, size)
+        ctx.launch("group_norm_forward.wgsl", "main", dt, L.constants(L.fused, silu, affine),
+                   [xb, yb, *wb, _whole(ctx, mean), _whole(ctx, rstd), _whole(ctx, aux)],
+                   ngroups, L.params(x_base, g_first, ngroups, eps))
+        if not L.fused:
+            ctx.launch("group_norm_flat.wgsl", "apply", {"X": key, "DY": key, "Y": key},
+                       {"NHWC": L.nhwc, "SILU": silu, "AFFINE": affine},
+                       [xb, xb, yb, *wb, _whole(ctx, aux), _whole(ctx, mean), _whole(ctx, rstd)],
+                       -(-count // 1024), L.flat_params(x_base, g_first, count))
+    return y, mean, rstd
+
+
+def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_groups, activation=None):
+    ctx = x.ctx
+    if memory_layout(x.shape, x.strides, x.itemsize) == "other":
+        x = ops.convert(x, x.dtype, c_order=True)
+    if dy.dtype != x.dtype:
+        dy = ops.convert(dy, x.dtype)
+    dy = ops.to_order(dy, x.order)
+    L = Layout(x, num_groups)
+    mean = _f32_param(mean)
+    rstd = _f32_param(rstd)
+    if not mean.is_c_contiguous:
+        mean = ops.convert(mean, F32, c_order=True)
+    if not rstd.is_c_contiguous:
+        rstd = ops.convert(rstd, F32, c_order=True)
+    dx = ops.empty_like(x)
+    w = _f32_param(weight)
+    affine = w is not None
+    silu = activation == "silu"
+    b = _f32_param(bias) if silu else None
+    if silu and b is None:
+        b = ops.full(ctx, (L.C,), F32, 0.0)
+    if silu and w is None:
+        w_eff, use_w = ops.full(ctx, (L.C,), F32, 1.0), True
+    else:
+        w_eff, use_w = w, affine
+    if b is None:
+        b = ops.full(ctx, (L.C,), F32, 0.0) if use_w else None
+
+    dsdb = Scratch(ctx, max(L.N * L.C * 8, 16))
+    coef = Scratch(ctx, max(L.N * L.G * 16, 16))
+    if L.N * L.G > 0 and L.M > 0:
+        key = ctx.dtype_key(x.dtype.name)
+        dt = {"X": key, "DY": key, "DX": key}
+        wb = [_whole(ctx, w_eff) if use_w else _whole(ctx, ctx.dummy),
+              _whole(ctx, b) if use_w else _whole(ctx, ctx.dummy)]
+        part_per_group = L.items * 32
+        for g_first, ngroups, off, size, x_base, count in L.chunks(ctx.max_binding, part_per_group):
+            xb, dyb, dxb = (x.buffer, off, size), (dy.buffer, off, size), (dx.buffer, off, size)
+            part = Scratch(ctx, ngroups * part_per_group)
+            ctx.launch("group_norm_backward.wgsl", "main", dt, L.constants(L.fused, silu, use_w),
+                       [xb, dyb, dxb, *wb, _whole(ctx, mean), _whole(ctx, rstd), _whole(ctx, part),
+                        _whole(ctx, dsdb), _whole(ctx, coef)],
+                       ngroups, L.params(x_base, g_first, ngroups))
+            if not L.fused:
+                ctx.launch("group_norm_flat.wgsl", "dx", {"X": key, "DY": key, "Y": key},
+                           {"NHWC": L.nhwc, "SILU": silu, "AFFINE": use_w},
+                           [xb, dyb, dxb, *wb, _whole(ctx, coef), _whole(ctx, mean), _whole(ctx, rstd)],
+                           -(-count // 1024), L.flat_params(x_base, g_first, count))
+    if weight is None:
+        return dx, None, None
+    dweight = ops.empty(ctx, (L.C,), F32)
+    dbias = ops.empty(ctx, (L.C,), F32)
+    if L.C:
+        if L.N * L.G == 0 or L.M == 0:
+            dweight = ops.full(ctx, (L.C,), F32, 0.0)
+            dbias = ops.full(ctx, (L.C,), F32, 0.0)
+        else:
+            ctx.launch("group_norm_dweight.wgsl", "main", {}, {},
+                       [_whole(ctx, dsdb), _whole(ctx, rstd), _whole(ctx, dweight), _whole(ctx, dbias),
+                        _whole(ctx, coef)], -(-L.C // 64), struct.pack("<4I", L.N, L.C, L.G, L.Cg))
+    if weight.dtype != F32:
+        dweight, dbias = ops.convert(dweight, weight.dtype), ops.convert(dbias, weight.dtype)
+    return dx, dweight, dbias

@@ -1,0 +1,210 @@
+"""The WebGPU transport over wgpu-py (native: Vulkan, Metal, D3D12, lavapipe).
+
+This is the only module that talks to a WebGPU implementation.  Everything
+above it (buffers, pipelines, launches) goes through these functions, so a
+second transport over the browser's ``navigator.gpu`` (Pyodide) is one more
+small module with the same names:
+
+    request_device(options) -> Device
+    create_buffer(dev, size) -> buffer          (storage | copy_src | copy_dst)
+    create_uniform(dev, size) -> buffer         (uniform | copy_dst)
+    write_buffer(dev, buf, offset, data)
+    read_buffer(dev, buf, offset, size) -> bytes
+    copy_buffer(dev, src, src_offset, dst, dst_offset, size)
+    create_pipeline(dev, code, entry, binding_kinds) -> pipeline
+    dispatch(dev, pipeline, bindings, groups)
+    wait(dev)
+    destroy_buffer(buf)
+    lose_device(dev)                            (tests: simulate a lost device)
+
+``binding_kinds`` is a list of "read" | "read_write" | "uniform", one per
+binding number; ``bindings`` is a list of ``(buffer, offset, size)`` tuples.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+NAME = "wgpu-py"
+
+
+def _quiet_runtime_dir():
+    # Mesa's loader prints "XDG_RUNTIME_DIR is invalid" on every adapter
+    # request when the variable is unset (headless CI); an empty private
+    # folder silences it and changes nothing else.
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="numr-web-xdg-")
+
+
+def import_error():
+    """None when wgpu-py imports, else the reason."""
+    try:
+        import wgpu  # noqa: F401
+    except Exception as exc:  # ImportError, or a missing wgpu-native library
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+class Device:
+    """What the layers above need from an adapter + device pair."""
+
+    def __init__(self, adapter, device, info, features, limits):
+        self.adapter = adapter
+        self.device = device
+        self.queue = device.queue
+        self.info = info
+        self.features = features
+        self.limits = limits
+        self.lost = False
+        self._fence = None
+
+
+# The limits we raise to the adapter's maximum when it allows more than the
+# WebGPU defaults (buffers past 256 MiB, bigger workgroup memory...).
+_RAISED_LIMITS = (
+    "max-buffer-size",
+    "max-storage-buffer-binding-size",
+    "max-compute-workgroup-storage-size",
+    "max-compute-invocations-per-workgroup",
+    "max-storage-buffers-per-shader-stage",
+)
+
+
+def request_device(options):
+    """Adapter and device, or raise RuntimeError with the reason.
+
+    ``options``: power_preference, required_features (extra, must exist),
+    required_limits (extra, dict), want_f16 (use shader-f16 when offered).
+    """
+    _quiet_runtime_dir()
+    import wgpu
+
+    adapter = wgpu.gpu.request_adapter_sync(
+        power_preference=options.get("power_preference", "high-performance"))
+    if adapter is None:
+        raise RuntimeError("no WebGPU adapter found")
+    adapter_features = set(adapter.features)
+    features = [f for f in options.get("required_features", ())]
+    if options.get("want_f16", True) and "shader-f16" in adapter_features:
+        features.append("shader-f16")
+    if "timestamp-query" in adapter_features:
+        features.append("timestamp-query")
+    limits = {}
+    for key in _RAISED_LIMITS:
+        if key in adapter.limits:
+            limits[key] = adapter.limits[key]
+    limits.update(options.get("required_limits", {}))
+    try:
+        device = adapter.request_device_sync(required_features=features, required_limits=limits)
+    except Exception as exc:
+        raise RuntimeError(f"the adapter refused a device: {exc}") from exc
+    ai = adapter.info
+    info = {
+        "adapter": ai.get("device", "") or ai.get("description", ""),
+        "vendor": ai.get("vendor", ""),
+        "description": ai.get("description", ""),
+        "backend": ai.get("backend_type", ""),
+        "adapter_type": ai.get("adapter_type", ""),
+        "transport": NAME,
+    }
+    return Device(adapter, device, info, set(device.features), dict(device.limits))
+
+
+def _usage():
+    import wgpu
+
+    return wgpu.BufferUsage
+
+
+def create_buffer(dev, size):
+    u = _usage()
+    return dev.device.create_buffer(size=int(size), usage=u.STORAGE | u.COPY_SRC | u.COPY_DST)
+
+
+def create_uniform(dev, size):
+    u = _usage()
+    return dev.device.create_buffer(size=int(size), usage=u.UNIFORM | u.COPY_DST)
+
+
+def destroy_buffer(buf):
+    try:
+        buf.destroy()
+    except Exception:
+        pass
+
+
+def write_buffer(dev, buf, offset, data):
+    mv = memoryview(data).cast("B")
+    if len(mv):
+        dev.queue.write_buffer(buf, int(offset), mv)
+
+
+def read_buffer(dev, buf, offset, size):
+    if size == 0:
+        return b""
+    return bytes(dev.queue.read_buffer(buf, int(offset), int(size)))
+
+
+def copy_buffer(dev, src, src_offset, dst, dst_offset, size):
+    enc = dev.device.create_command_encoder()
+    enc.copy_buffer_to_buffer(src, int(src_offset), dst, int(dst_offset), int(size))
+    dev.queue.submit([enc.finish()])
+
+
+class Pipeline:
+    def __init__(self, pipeline, layout):
+        self.pipeline = pipeline
+        self.layout = layout
+
+
+def create_pipeline(dev, code, entry, binding_kinds):
+    import wgpu
+
+    kinds = {"read": wgpu.BufferBindingType.read_only_storage,
+             "read_write": wgpu.BufferBindingType.storage,
+             "uniform": wgpu.BufferBindingType.uniform}
+    entries = [{"binding": i, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": kinds[k]}}
+               for i, k in enumerate(binding_kinds)]
+    d = dev.device
+    bgl = d.create_bind_group_layout(entries=entries)
+    layout = d.create_pipeline_layout(bind_group_layouts=[bgl])
+    module = d.create_shader_module(code=code)
+    pipe = d.create_compute_pipeline(layout=layout, compute={"module": module, "entry_point": entry})
+    return Pipeline(pipe, bgl)
+
+
+def dispatch(dev, pipeline, bindings, groups):
+    """Encode one compute dispatch and submit it."""
+    d = dev.device
+    entries = [{"binding": i, "resource": {"buffer": b, "offset": int(o), "size": int(s)}}
+               for i, (b, o, s) in enumerate(bindings)]
+    bg = d.create_bind_group(layout=pipeline.layout, entries=entries)
+    enc = d.create_command_encoder()
+    cp = enc.begin_compute_pass()
+    cp.set_pipeline(pipeline.pipeline)
+    cp.set_bind_group(0, bg)
+    cp.dispatch_workgroups(int(groups[0]), int(groups[1]), int(groups[2]))
+    cp.end()
+    dev.queue.submit([enc.finish()])
+
+
+def wait(dev):
+    """Block until all submitted work is done.
+
+    wgpu-py 0.32's on_submitted_work_done_sync raises TypeError; reading back
+    a tiny buffer waits for the queue just as well (about 0.15 ms).
+    """
+    if dev._fence is None:
+        dev._fence = create_buffer(dev, 16)
+    dev.queue.read_buffer(dev._fence, 0, 4)
+
+
+def lose_device(dev):
+    """Destroy the device, as a driver reset would (used by tests)."""
+    dev.device.destroy()
+
+
+def is_device_lost(exc) -> bool:
+    """True when ``exc`` says the device is gone (destroyed, reset, removed)."""
+    text = str(exc).lower()
+    return "device is lost" in text or "device lost" in text or "devicelost" in text

@@ -1,0 +1,140 @@
+// GroupNorm backward, closed form from the saved mean and rstd, one workgroup
+// per (n, g).  See group_norm_common.wgsl for the item decomposition.
+//
+// With xc = x - mean and dz = dy (or dy * silu'(z), z = rstd*w*xc + b):
+//   per (n, c): ds = sum dz*xc, db = sum dz            -> DSDB (for dweight, dbias)
+//   per (n, g): sg = sum_c w_c db, sgx = sum_c w_c ds, and mean_lo: the part of
+//     the mean the float32-saved value lost, sum(xc)/M, trusted only within one
+//     ulp of the saved mean (statistics a caller passes on purpose stay as given)
+//   b = rstd (sgx - mean_lo sg) / M, a = sg / M
+//   dx = rstd*w_c*dz + c1*xc + c0, c1 = -rstd^2 b, c0 = rstd^2 b mean_lo - rstd a
+//   -> COEF = (c0, c1, mean_lo, 0); dweight_c = sum_n rstd (ds - mean_lo db)
+// Item partials go through global memory (PART), so any channel count works;
+// every sum has a fixed order (deterministic, no atomics).
+//!include group_norm_common.wgsl
+@group(0) @binding(0) var<storage, read> X: array<ST_X>;
+@group(0) @binding(1) var<storage, read> DY: array<ST_DY>;
+@group(0) @binding(2) var<storage, read_write> DX: array<ST_DX>;
+@group(0) @binding(3) var<storage, read> W: array<f32>;
+@group(0) @binding(4) var<storage, read> B: array<f32>;
+@group(0) @binding(5) var<storage, read> MEAN: array<f32>;
+@group(0) @binding(6) var<storage, read> RSTD: array<f32>;
+@group(0) @binding(7) var<storage, read_write> PART: array<vec4<f32>>;  // (ds, db) per item, per group of the chunk
+@group(0) @binding(8) var<storage, read_write> DSDB: array<vec2<f32>>;  // (ds, db) per (n, c)
+@group(0) @binding(9) var<storage, read_write> COEF: array<vec4<f32>>;  // (c0, c1, mean_lo, 0) per (n, g)
+@group(0) @binding(10) var<storage, read> p: Params;
+
+var<workgroup> wg_coef: vec2<f32>;
+var<workgroup> wg_res: array<f32, WG>;
+
+fn load_x(e: u32) -> vec4<f32> {
+  if (VEC == 4u) { return ld_X(e >> 2u); }
+  return vec4<f32>(ld_X(e >> 2u)[e & 3u], 0.0, 0.0, 0.0);
+}
+fn load_dy(e: u32) -> vec4<f32> {
+  if (VEC == 4u) { return ld_DY(e >> 2u); }
+  return vec4<f32>(ld_DY(e >> 2u)[e & 3u], 0.0, 0.0, 0.0);
+}
+
+// dL/dz from dy; z = scale*xc + shift is the pre-activation (SILU only).
+fn dz_of(dy: vec4<f32>, xc: vec4<f32>, scale: vec4<f32>, shift: vec4<f32>) -> vec4<f32> {
+  if (!SILU) { return dy; }
+  let z = xc * scale + shift;
+  let s = 1.0 / (1.0 + exp(-z));
+  return dy * s * (1.0 + z * (1.0 - s));
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+  let gl = wid.y * nwg.x + wid.x;
+  if (gl >= p.ngroups) { return; }
+  let gg = p.g_first + gl;
+  let n = gg / p.G;
+  let g = gg % p.G;
+  let mean = MEAN[gg];
+  let rstd = RSTD[gg];
+
+  var res = vec4<f32>(0.0);
+  for (var it = lid; it < p.items; it += WG) {
+    let I = item_of(it, gl, n, g);
+    let scale = lane_w(I.ch) * rstd;
+    let shift = lane_b(I.ch);
+    var ds = vec4<f32>(0.0);
+    var db = vec4<f32>(0.0);
+    for (var t = I.t0; t < I.t1; t++) {
+      let e = I.base + t * I.tstride;
+      let xc = load_x(e) - mean;
+      let dz = dz_of(load_dy(e), xc, scale, shift);
+      ds += dz * xc;
+      db += dz;
+      res += xc * LMASK;
+    }
+    let slot = (gl * p.items + it) * 2u;
+    PART[slot] = ds;
+    PART[slot + 1u] = db;
+  }
+  wg_res[lid] = dot(res, vec4<f32>(1.0));
+  storageBarrier();
+
+  // Per-channel totals over the pieces, in piece order.
+  for (var j = lid; j < p.Cg; j += WG) {
+    var ds = 0.0;
+    var db = 0.0;
+    for (var pc = 0u; pc < p.P; pc++) {
+      var it: u32;
+      if (LANES_CH) {
+        it = pc * p.A + j / 4u;
+        let slot = (gl * p.items + it) * 2u;
+        ds += PART[slot][j & 3u];
+        db += PART[slot + 1u][j & 3u];
+      } else {
+        if (NHWC) { it = pc * p.A + j; } else { it = j * p.P + pc; }
+        let slot = (gl * p.items + it) * 2u;
+        ds += dot(PART[slot], vec4<f32>(1.0));
+        db += dot(PART[slot + 1u], vec4<f32>(1.0));
+      }
+    }
+    DSDB[n * p.C + g * p.Cg + j] = vec2<f32>(ds, db);
+  }
+  storageBarrier();
+
+  if (lid == 0u) {
+    var sg = 0.0;
+    var sgx = 0.0;
+    for (var j = 0u; j < p.Cg; j++) {
+      let c = g * p.Cg + j;
+      var w = 1.0;
+      if (AFFINE) { w = W[c]; }
+      let v = DSDB[n * p.C + c];
+      sgx += w * v.x;
+      sg += w * v.y;
+    }
+    var resid = 0.0;
+    for (var i = 0u; i < WG; i++) { resid += wg_res[i]; }
+    let am = abs(mean);
+    let ulp = bitcast<f32>(bitcast<u32>(am) + 1u) - am;
+    var lo = resid * p.inv_m;
+    if (!(abs(lo) <= ulp)) { lo = 0.0; }
+    let bq = rstd * (sgx - lo * sg) * p.inv_m;
+    let c1 = -rstd * rstd * bq;
+    let c0 = rstd * rstd * bq * lo - rstd * sg * p.inv_m;
+    COEF[gg] = vec4<f32>(c0, c1, lo, 0.0);
+    wg_coef = vec2<f32>(c0, c1);
+  }
+  let cf = workgroupUniformLoad(&wg_coef);
+
+  if (APPLY) {
+    for (var it = lid; it < p.items; it += WG) {
+      let I = item_of(it, gl, n, g);
+      let scale = lane_w(I.ch) * rstd;
+      let shift = lane_b(I.ch);
+      for (var t = I.t0; t < I.t1; t++) {
+        let u = (I.base + t * I.tstride) >> 2u;
+        let xc = ld_X(u) - mean;
+        let dz = dz_of(ld_DY(u), xc, scale, shift);
+        st_DX(u, scale * dz + cf.y * xc + cf.x);
+      }
+    }
+  }
+}

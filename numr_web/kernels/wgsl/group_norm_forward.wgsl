@@ -1,0 +1,98 @@
+// GroupNorm forward: statistics (shifted sums, float32) and, when APPLY, the
+// normalized output, one workgroup per (n, g).  See group_norm_common.wgsl.
+//
+// Numerics: every thread sums (x - K) and (x - K)^2 with the same shift K (the
+// group's first element), so mean = K + S1/M is held as the exact pair
+// (mean_hi = K, mean_lo = S1/M).  If the shift was poor ((S1/M)^2 > 8 var)
+// the group is summed again around the computed mean.  The output uses
+// y = (x - mean_hi) * scale + shift, shift = b - mean_lo * scale: x - mean_hi
+// is exact for data near its mean, so large offsets cost no accuracy.
+//!include group_norm_common.wgsl
+@group(0) @binding(0) var<storage, read> X: array<ST_X>;
+@group(0) @binding(1) var<storage, read_write> Y: array<ST_Y>;
+@group(0) @binding(2) var<storage, read> W: array<f32>;
+@group(0) @binding(3) var<storage, read> B: array<f32>;
+@group(0) @binding(4) var<storage, read_write> MEAN: array<f32>;
+@group(0) @binding(5) var<storage, read_write> RSTD: array<f32>;
+@group(0) @binding(6) var<storage, read_write> AUX: array<vec4<f32>>;   // (mean_hi, mean_lo, rstd, 0) per group
+@group(0) @binding(7) var<storage, read> p: Params;
+
+var<workgroup> wg_part: array<vec2<f32>, WG>;
+var<workgroup> wg_stat: vec4<f32>;
+
+fn load_x(e: u32) -> vec4<f32> {
+  if (VEC == 4u) { return ld_X(e >> 2u); }
+  return vec4<f32>(ld_X(e >> 2u)[e & 3u], 0.0, 0.0, 0.0);
+}
+
+fn partial_sums(gl: u32, n: u32, g: u32, lid: u32, k: f32) -> vec2<f32> {
+  var s1 = vec4<f32>(0.0);
+  var s2 = vec4<f32>(0.0);
+  for (var it = lid; it < p.items; it += WG) {
+    let I = item_of(it, gl, n, g);
+    for (var t = I.t0; t < I.t1; t++) {
+      let d = (load_x(I.base + t * I.tstride) - k) * LMASK;
+      s1 += d;
+      s2 += d * d;
+    }
+  }
+  return vec2<f32>(dot(s1, vec4<f32>(1.0)), dot(s2, vec4<f32>(1.0)));
+}
+
+// Thread 0: total the partials into (K, S1/M, var, redo flag).
+fn combine(k: f32, allow_redo: bool) {
+  var s1 = 0.0;
+  var s2 = 0.0;
+  for (var i = 0u; i < WG; i++) {
+    s1 += wg_part[i].x;
+    s2 += wg_part[i].y;
+  }
+  let d = s1 * p.inv_m;
+  let v = max(s2 * p.inv_m - d * d, 0.0);
+  let redo = allow_redo && (d * d > 8.0 * v);
+  wg_stat = vec4<f32>(k, d, v, select(0.0, 1.0, redo));
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+  let gl = wid.y * nwg.x + wid.x;
+  if (gl >= p.ngroups) { return; }
+  let gg = p.g_first + gl;
+  let n = gg / p.G;
+  let g = gg % p.G;
+
+  let k0 = load_x(item_of(0u, gl, n, g).base).x;
+  wg_part[lid] = partial_sums(gl, n, g, lid, k0);
+  workgroupBarrier();
+  if (lid == 0u) { combine(k0, true); }
+  var st = workgroupUniformLoad(&wg_stat);
+  if (st.w != 0.0) {
+    let k1 = st.x + st.y;
+    wg_part[lid] = partial_sums(gl, n, g, lid, k1);
+    workgroupBarrier();
+    if (lid == 0u) { combine(k1, false); }
+    st = workgroupUniformLoad(&wg_stat);
+  }
+  let mean_hi = st.x;
+  let mean_lo = st.y;
+  let rstd = 1.0 / sqrt(st.z + p.eps);
+  if (lid == 0u) {
+    MEAN[gg] = mean_hi + mean_lo;
+    RSTD[gg] = rstd;
+    AUX[gg] = vec4<f32>(mean_hi, mean_lo, rstd, 0.0);
+  }
+  if (APPLY) {
+    for (var it = lid; it < p.items; it += WG) {
+      let I = item_of(it, gl, n, g);
+      let scale = lane_w(I.ch) * rstd;
+      let shift = lane_b(I.ch) - mean_lo * scale;
+      for (var t = I.t0; t < I.t1; t++) {
+        let u = (I.base + t * I.tstride) >> 2u;
+        var y = (ld_X(u) - mean_hi) * scale + shift;
+        if (SILU) { y = silu(y); }
+        st_Y(u, y);
+      }
+    }
+  }
+}
