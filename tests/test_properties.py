@@ -56,8 +56,12 @@ def test_forward_and_backward_match_oracle(cpu_runner, problem):
     assert rel_err(mean, mr) < 1e-6 * max(1.0, offset) + (tol_y if dt == np.float64 else 0)
     dx, dw, db = numr_web.ops.group_norm_backward(dy, x, mean, rstd, w, groups, bias=b, activation=act)
     dxr, dwr, dbr = ref_backward(dy, x, groups, w, b, activation=act)
-    # backward error scales with rstd * sqrt(M) for nearly constant low-precision groups; keep inputs tame
-    assert rel_err(dx, dxr) < tol_dx * (10 if offset >= 1e3 and dt != np.float64 else 1)
+    # dx is a difference of terms of size rstd * |w * dy|: rounding is relative to that, which is far
+    # above max |dx| when a group is (nearly) constant and the exact dx is ~0
+    natural = np.abs(rr).max(initial=0) * np.abs(dy.astype(np.float64)).max(initial=0) * (
+        np.abs(w).max() if affine else 1.0)
+    err = np.abs(dx.astype(np.float64) - dxr).max(initial=0) / max(1.0, np.abs(dxr).max(initial=0), natural)
+    assert err < tol_dx * (10 if offset >= 1e3 and dt != np.float64 else 1)
     if affine:
         assert rel_err(dw, dwr) < max(tol_dx, 1e-5) * 10
         assert rel_err(db, dbr) < max(tol_dx, 1e-5) * 10

@@ -188,11 +188,42 @@ def _centered_affine(xv, mean_hi, scale, shift, ct, out=None):
     return t
 
 
+def _row_sums(rows, ct):
+    """Sum and sum of squares of each row of a C-contiguous 2-D array (BLAS gemv and a dot loop)."""
+    ones = np.ones(rows.shape[1], ct)
+    return (rows @ ones).astype(np.float64), np.einsum("ij,ij->i", rows, rows).astype(np.float64)
+
+
+def fast_statistics(x, num_groups, ct):
+    """Statistics of an NCHW array from plain sums (one read for each), or None.
+
+    Plain sums lose precision only when a group's mean is large against its
+    spread; then (or on overflow, NaN aside) return None and let the shifted
+    path do the work.
+    """
+    n, c = x.shape[:2]
+    if x.size == 0:
+        return None
+    rows = x.reshape(n * num_groups, x.size // (n * num_groups))
+    if rows.dtype != ct:
+        rows = rows.astype(ct)
+    with np.errstate(over="ignore", invalid="ignore"):
+        s1, s2 = _row_sums(rows, ct)
+        m = rows.shape[1]
+        mean = s1 / m
+        var = s2 / m - mean * mean
+        poor = (mean * mean > _POOR_SHIFT * var) | (np.isfinite(s1) & ~np.isfinite(s2))
+    if poor.any():
+        return None
+    return mean.reshape(n, num_groups), np.maximum(var, 0.0).reshape(n, num_groups)
+
+
 def numpy_forward(x, weight, bias, num_groups, eps, activation=None):
     ct = accumulation_dtype(x.dtype)
     xv = group_view(x, num_groups)
     n, g, cpg, _ = xv.shape
-    mean, var = group_statistics(xv, eps, ct)
+    stats = fast_statistics(x, num_groups, ct) if x.flags.c_contiguous else None
+    mean, var = stats if stats is not None else group_statistics(xv, eps, ct)
     rstd64 = 1.0 / np.sqrt(var + eps)
     mean_hi, mean_lo = split_mean(mean, ct)
     rstd = rstd64.astype(ct)
@@ -229,6 +260,10 @@ def numpy_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=None)
     w3 = _per_channel(weight, num_groups, cpg, ct) if weight is not None else None
 
     dx = empty_like_layout(x)
+    # (one-element groups have dx == 0 exactly; the centred path gives that exactly)
+    if (activation is None and x.flags.c_contiguous and dy.flags.c_contiguous and x.size and m > 1
+            and np.nanmax(np.abs(mean_hi) * rstd) <= _POOR_SHIFT):
+        return _backward_uncentred(dy, x, dx, mean_hi, rstd, weight, num_groups, ct)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         xc = np.subtract(xv, mean_hi[:, :, None, None], dtype=ct)
         if activation == "silu":
@@ -275,6 +310,53 @@ def numpy_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=None)
         return dx, None, None
     wdt = np.asarray(weight).dtype
     dw = (r[:, :, None] * (ds - lo[:, :, None] * dbnc)).sum(axis=0).reshape(-1).astype(wdt)
+    db = dbnc.sum(axis=0).reshape(-1).astype(wdt)
+    return dx, dw, db
+
+
+def _backward_uncentred(dy, x, dx, mean_hi, rstd, weight, num_groups, ct):
+    """The closed form from plain per-channel sums, for NCHW data whose mean is small against its spread.
+
+    sum(dy * (x - mean)) = sum(dy * x) - mean * sum(dy) loses at most a few bits
+    when |mean| * rstd <= 8, and saves the centred temporary and a pass.
+    """
+    n, c = x.shape[:2]
+    g = num_groups
+    cpg = c // g
+    s = x.size // max(n * c, 1)
+    m = cpg * s
+    xr = x.reshape(n * c, s)
+    dyr = dy.reshape(n * c, s)
+    if xr.dtype != ct:
+        xr, dyr = xr.astype(ct), dyr.astype(ct)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        dbnc = (dyr @ np.ones(s, ct)).astype(np.float64).reshape(n, g, cpg)
+        ds = np.einsum("ij,ij->i", dyr, xr).astype(np.float64).reshape(n, g, cpg)
+        ds -= mean_hi.astype(np.float64)[:, :, None] * dbnc
+        w64 = np.asarray(weight, np.float64).reshape(1, g, cpg) if weight is not None else 1.0
+        r = rstd.astype(np.float64)
+        sg = (w64 * dbnc).sum(axis=2)
+        sgx = (w64 * ds).sum(axis=2)
+        b = r * sgx / m
+        a = sg / m
+        c1 = r[:, :, None] * w64 if weight is not None else np.broadcast_to(r[:, :, None], (n, g, cpg))
+        c2 = -r * r * b
+        # dx = c1 * dy + c2 * (x - mean_hi) - r * a
+        c3 = -r * a - c2 * mean_hi.astype(np.float64)
+        xv4 = xr.reshape(n, g, cpg, s)
+        dyv4 = dyr.reshape(n, g, cpg, s)
+        direct = dx.dtype == ct
+        t = dx.reshape(n, g, cpg, s) if direct else np.empty((n, g, cpg, s), ct)
+        np.multiply(dyv4, c1.astype(ct)[..., None], out=t)
+        tmp = np.multiply(xv4, c2.astype(ct)[:, :, None, None])
+        t += tmp
+        t += c3.astype(ct)[:, :, None, None]
+        if not direct:
+            dx.reshape(n, g, cpg, s)[...] = t
+    if weight is None:
+        return dx, None, None
+    wdt = np.asarray(weight).dtype
+    dw = (r[:, :, None] * ds).sum(axis=0).reshape(-1).astype(wdt)
     db = dbnc.sum(axis=0).reshape(-1).astype(wdt)
     return dx, dw, db
 
