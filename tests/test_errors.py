@@ -91,3 +91,42 @@ class FakeDeviceArray:
 def test_arrays_on_different_devices_are_rejected():
     with pytest.raises(DeviceMismatch, match="weight on 'webgpu'"):
         fwd(weight=FakeDeviceArray())
+
+
+DEVICE_ERRORS = {
+    "num_groups not dividing C": (dict(num_groups=3), ShapeMismatch, ["num_groups", "divisible"]),
+    "num_groups zero": (dict(num_groups=0), ValueError, ["num_groups", "positive"]),
+    "weight wrong shape": (dict(weight=np.ones(7, np.float32)), ShapeMismatch, ["weight", "(8,)"]),
+    "eps negative": (dict(eps=-1.0), ValueError, ["eps"]),
+    "activation unknown": (dict(activation="gelu"), ValueError, ["activation", "gelu"]),
+    "rank 1": (dict(x=np.zeros(8, np.float32)), ShapeMismatch, ["x", "2 dimensions"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DEVICE_ERRORS))
+def test_bad_input_on_every_device(runner, case):
+    kw, exc, words = DEVICE_ERRORS[case]
+    kw = {k: runner.put(v) if isinstance(v, np.ndarray) else v for k, v in kw.items()}
+    args = dict(x=runner.put(X), weight=runner.put(W), bias=runner.put(W), num_groups=4, eps=1e-5)
+    args.update(kw)
+    act = args.pop("activation", None)
+    with pytest.raises(exc) as info:
+        numr_web.ops.group_norm_forward(args["x"], args["weight"], args["bias"], args["num_groups"], args["eps"],
+                                        activation=act)
+    for w in words:
+        assert w in str(info.value)
+
+
+def test_backward_stats_shape_on_every_device(runner):
+    with pytest.raises(ShapeMismatch, match="mean"):
+        numr_web.ops.group_norm_backward(runner.put(X), runner.put(X), runner.put(np.zeros((2, 3), np.float32)),
+                                         runner.put(RSTD), runner.put(W), 4)
+
+
+@pytest.mark.parametrize("target", ["webgpu", "cuda"])
+def test_mixed_devices_named(target):
+    from conftest import Runner, require_target
+
+    require_target(target)
+    with pytest.raises(DeviceMismatch, match="x on 'cpu'"):
+        numr_web.ops.group_norm_forward(X, Runner(target).put(W), None, 4, 1e-5)
