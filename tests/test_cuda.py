@@ -841,3 +841,44 @@ def test_device_over_2_to_the_31_elements():
     assert np.abs(cp.asnumpy(y[1, 48:]).astype(np.float64) - ref).max() < 1.5e-2 * max(1, np.abs(ref).max())
     dx, _, _ = numr_web.ops.group_norm_backward(x, x, mean, rstd, None, 4)
     assert bool(cp.isfinite(dx[1, 63, -1024:]).all())
+
+
+# ---------------------------------------------------------------------------
+# scripts/cuda-check
+# ---------------------------------------------------------------------------
+CUDA_CHECK = pathlib.Path(__file__).resolve().parent.parent / "scripts" / "cuda-check"
+
+
+def test_cuda_check_without_a_gpu_fails_with_one_line():
+    if cupy_.BACKEND.available()[0]:
+        pytest.skip("a CUDA device is present")
+    assert os.access(CUDA_CHECK, os.X_OK), "scripts/cuda-check must be executable"
+    proc = subprocess.run([sys.executable, str(CUDA_CHECK)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cuda-check: cannot run:") and "CUDA" in lines[0]
+
+
+def test_cuda_check_harness_passes_on_the_cpu_backend():
+    """The script's reference-case harness, pointed at the CPU backend: all pass, and a broken result is caught."""
+    import importlib.machinery
+    import importlib.util
+
+    import numr_web
+
+    loader = importlib.machinery.SourceFileLoader("cuda_check", str(CUDA_CHECK))
+    spec = importlib.util.spec_from_loader("cuda_check", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    summary = mod.run_reference_cases(numr_web, np, BFLOAT16, device="cpu")
+    assert summary["double backward"][0] >= 1
+    for check, (n, failed, worst, _, first) in summary.items():
+        assert n > 0 and failed == 0 and worst < 1.0, (check, first)
+    # the harness must be able to fail: perturb the forward output
+    real = numr_web.ops.group_norm_forward
+    try:
+        numr_web.ops.group_norm_forward = lambda *a, **k: (lambda y, m, r: (y * 1.01, m, r))(*real(*a, **k))
+        bad = mod.run_reference_cases(numr_web, np, BFLOAT16, device="cpu")
+    finally:
+        numr_web.ops.group_norm_forward = real
+    assert bad["forward"][1] > 0
