@@ -342,56 +342,125 @@ def _split_mean(mean, proto):
 
 # ---------------------------------------------------------------------------
 # NCHW, one (n, g) group per work item (statistics and apply back to back,
-# so the second read of the group comes from the core's cache)
+# so the second read of the group comes from the core's cache).
+# Arrays are (N*G, C/G, S) views.  The helpers handle a whole group per call
+# (a call per channel costs more than a small channel's work) and index the
+# 3-D arrays instead of slicing them; inner loops start at 0, so they vectorize.
 # ---------------------------------------------------------------------------
+@njit(fastmath=_EW, cache=True)
+def _apply_group(x3, y3, t, c0, mean_hi, mean_lo, rstd, w, b, silu, proto):
+    Cg = x3.shape[1]
+    S = x3.shape[2]
+    for j in range(Cg):
+        sc = rstd * w[c0 + j]
+        scale = _acc(sc, proto)
+        shift = _acc(b[c0 + j] - mean_lo * sc, proto)
+        if silu:
+            for i in range(S):
+                z = (_load(x3[t, j, i]) - mean_hi) * scale + shift
+                y3[t, j, i] = _store(z * _silu_parts(z), y3)
+        else:
+            for i in range(S):
+                y3[t, j, i] = _store((_load(x3[t, j, i]) - mean_hi) * scale + shift, y3)
+
+
+@njit(fastmath=_RED, cache=True)
+def _bwd_group_sums(dy3, x3, t, c0, mean_hi, zlo, rstd, w, b, silu, ds_nc, db_nc, proto):
+    """Per channel j: ds = sum dz*(x - mean_hi), db = sum dz (into ds_nc/db_nc[t, j]);
+    returns (sum_j w*db, sum_j w*ds, sum (x - mean_hi)) in float64."""
+    Cg = x3.shape[1]
+    S = x3.shape[2]
+    sg = 0.0
+    sgx = 0.0
+    sx = 0.0
+    for j in range(Cg):
+        sc = rstd * w[c0 + j]
+        scale = _acc(sc, proto)
+        shift = _acc(b[c0 + j] - zlo * sc, proto)
+        if S > CHUNK:
+            ds, db, dsx = _bwd_sums(dy3[t, j], x3[t, j], mean_hi, scale, shift, silu)
+        else:
+            a1 = _acc(0.0, proto)
+            a2 = _acc(0.0, proto)
+            a3 = _acc(0.0, proto)
+            if silu:
+                for i in range(S):
+                    xc = _load(x3[t, j, i]) - mean_hi
+                    z = xc * scale + shift
+                    s = _silu_parts(z)
+                    dz = _load(dy3[t, j, i]) * (s * (_acc(1.0, z) + z * (_acc(1.0, z) - s)))
+                    a1 += dz * xc
+                    a2 += dz
+                    a3 += xc
+            else:
+                for i in range(S):
+                    dz = _load(dy3[t, j, i])
+                    xc = _load(x3[t, j, i]) - mean_hi
+                    a1 += dz * xc
+                    a2 += dz
+                    a3 += xc
+            ds = np.float64(a1)
+            db = np.float64(a2)
+            dsx = np.float64(a3)
+        ds_nc[t, j] = ds
+        db_nc[t, j] = db
+        sg += w[c0 + j] * db
+        sgx += w[c0 + j] * ds
+        sx += dsx
+    return sg, sgx, sx
+
+
+@njit(fastmath=_EW, cache=True)
+def _bwd_apply_group(dy3, x3, dx3, t, c0, mean_hi, zlo, rstd, w, b, beta, gamma, silu, proto):
+    """dx = rstd*w*dz + beta*(x - mean_hi) + gamma over group t."""
+    Cg = x3.shape[1]
+    S = x3.shape[2]
+    for j in range(Cg):
+        sc = rstd * w[c0 + j]
+        alpha = _acc(sc, proto)
+        if silu:
+            shift = _acc(b[c0 + j] - zlo * sc, proto)
+            for i in range(S):
+                xc = _load(x3[t, j, i]) - mean_hi
+                z = xc * alpha + shift
+                s = _silu_parts(z)
+                dz = _load(dy3[t, j, i]) * (s * (_acc(1.0, z) + z * (_acc(1.0, z) - s)))
+                dx3[t, j, i] = _store(alpha * dz + beta * xc + gamma, dx3)
+        else:
+            for i in range(S):
+                dx3[t, j, i] = _store(alpha * _load(dy3[t, j, i]) + beta * (_load(x3[t, j, i]) - mean_hi)
+                                      + gamma, dx3)
+
+
 @njit(parallel=True, cache=True)
-def fwd_nchw_groups(x2, y2, w, b, G, S, eps, silu, mean_out, rstd_out, proto):
-    NG, M = x2.shape
-    Cg = M // S
+def fwd_nchw_groups(x3, y3, w, b, G, eps, silu, mean_out, rstd_out, proto):
+    NG, Cg, S = x3.shape
+    M = Cg * S
     for t in prange(NG):
-        xg = x2[t]
-        yg = y2[t]
-        mean, m2 = _slice_moments(xg, proto)
+        mean, m2 = _slice_moments(x3[t].reshape(M), proto)
         rstd = 1.0 / np.sqrt(m2 / M + eps)
         mean_out[t] = mean
         rstd_out[t] = rstd
         mean_hi, mean_lo = _split_mean(mean, proto)
-        c0 = (t % G) * Cg
-        for j in range(Cg):
-            sc = rstd * w[c0 + j]
-            _apply_slice(xg[j * S:(j + 1) * S], yg[j * S:(j + 1) * S], mean_hi,
-                         _acc(sc, proto), _acc(b[c0 + j] - np.float64(mean_lo) * sc, proto), silu)
+        _apply_group(x3, y3, t, (t % G) * Cg, mean_hi, np.float64(mean_lo), rstd, w, b, silu, proto)
 
 
 @njit(parallel=True, cache=True)
-def bwd_nchw_groups(dy2, x2, dx2, mean_in, rstd_in, ulp, w, b, G, S, silu, refine, ds_nc, db_nc,
+def bwd_nchw_groups(dy3, x3, dx3, mean_in, rstd_in, ulp, w, b, G, silu, refine, ds_nc, db_nc,
                     mlo_out, proto):
     """ds_nc/db_nc: (N*G, Cg) float64 per (n, c) sums (for dweight/dbias); mlo_out: (N*G,) the
     low part of the mean used.  With ``refine``, the low part of a float32-saved mean is
     recovered from sum(x - mean_hi) when it lies within the saved mean's rounding (ulp)."""
-    NG, M = x2.shape
-    Cg = M // S
+    NG, Cg, S = x3.shape
+    M = Cg * S
     for t in prange(NG):
-        xg = x2[t]
-        dyg = dy2[t]
-        dxg = dx2[t]
         rstd = np.float64(rstd_in[t])
         mean_hi, mean_lo = _split_mean(np.float64(mean_in[t]), proto)
-        mlo = np.float64(mean_lo)
+        zlo = np.float64(mean_lo)  # the pre-activation z uses the given low part
         c0 = (t % G) * Cg
-        sg = 0.0
-        sgx = 0.0
-        sx = 0.0
-        for j in range(Cg):
-            sc = rstd * w[c0 + j]
-            ds, db, dsx = _bwd_sums(dyg[j * S:(j + 1) * S], xg[j * S:(j + 1) * S], mean_hi,
-                                    _acc(sc, proto), _acc(b[c0 + j] - mlo * sc, proto), silu)
-            ds_nc[t, j] = ds
-            db_nc[t, j] = db
-            sg += w[c0 + j] * db
-            sgx += w[c0 + j] * ds
-            sx += dsx
-        zlo = mlo  # the pre-activation z above used the given low part
+        sg, sgx, sx = _bwd_group_sums(dy3, x3, t, c0, mean_hi, zlo, rstd, w, b, silu, ds_nc, db_nc,
+                                      proto)
+        mlo = zlo
         if refine:
             lo = sx / M
             mlo = lo if abs(lo) <= ulp[t] else 0.0
@@ -400,11 +469,7 @@ def bwd_nchw_groups(dy2, x2, dx2, mean_in, rstd_in, ulp, w, b, G, S, silu, refin
         a = sg / M
         beta = _acc(-rstd * rstd * bb, proto)
         gamma = _acc(rstd * rstd * bb * mlo - rstd * a, proto)
-        for j in range(Cg):
-            sc = rstd * w[c0 + j]
-            _bwd_apply_slice(dyg[j * S:(j + 1) * S], xg[j * S:(j + 1) * S], dxg[j * S:(j + 1) * S],
-                             mean_hi, _acc(sc, proto), _acc(b[c0 + j] - zlo * sc, proto),
-                             _acc(sc, proto), beta, gamma, silu)
+        _bwd_apply_group(dy3, x3, dx3, t, c0, mean_hi, zlo, rstd, w, b, beta, gamma, silu, proto)
 
 
 # ---------------------------------------------------------------------------
@@ -512,19 +577,18 @@ def nchw_piece_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, alpha_nc, 
 # [k*L, (k+1)*L) of sample n; inner loops run over channels (contiguous)
 # ---------------------------------------------------------------------------
 @njit(fastmath=_RED, cache=True)
-def _rows_shifted_sums(rows, K, a1, a2, s1, s2):
-    """Per-channel sums over the rows of rows (R, C), float32 partials flushed to float64."""
-    R, C = rows.shape
+def _rows_shifted_sums(x3, n, r0, r1, K, a1, a2, s1, s2):
+    """Per-channel shifted sums over rows [r0, r1) of sample n, float32 partials flushed to float64."""
+    C = x3.shape[2]
     rpc = max(1, CHUNK // max(C, 1))
-    for r0 in range(0, R, rpc):
-        r1 = min(R, r0 + rpc)
+    for q0 in range(r0, r1, rpc):
+        q1 = min(r1, q0 + rpc)
         for c in range(C):
             a1[c] = 0
             a2[c] = 0
-        for r in range(r0, r1):
-            row = rows[r]
+        for r in range(q0, q1):
             for c in range(C):
-                d = _load(row[c]) - K[c]
+                d = _load(x3[n, r, c]) - K[c]
                 a1[c] += d
                 a2[c] += d * d
         for c in range(C):
@@ -547,28 +611,26 @@ def nhwc_piece_moments(x3, P, pmean, pm2, proto):
                 pmean[n, k, c] = 0.0
                 pm2[n, k, c] = 0.0
             continue
-        rows = x3[n, r0:r1]
         K = _acc_empty(C, proto)
-        first = rows[0]
         for c in range(C):
-            K[c] = _acc(_load(first[c]), proto)
+            K[c] = _acc(_load(x3[n, r0, c]), proto)
         a1 = _acc_empty(C, proto)
         a2 = _acc_empty(C, proto)
         s1 = np.zeros(C, dtype=np.float64)
         s2 = np.zeros(C, dtype=np.float64)
-        _rows_shifted_sums(rows, K, a1, a2, s1, s2)
+        _rows_shifted_sums(x3, n, r0, r1, K, a1, a2, s1, s2)
         R = r1 - r0
         for c in range(C):
             if _needs_redo(s1[c], s2[c], R):
                 # poor shift or overflow: exact float64 two-pass of this channel's block (rare)
                 t0 = 0.0
                 for r in range(R):
-                    t0 += np.float64(_load(rows[r, c]))
+                    t0 += np.float64(_load(x3[n, r0 + r, c]))
                 mu = t0 / R
                 t1 = 0.0
                 t2 = 0.0
                 for r in range(R):
-                    d = np.float64(_load(rows[r, c])) - mu
+                    d = np.float64(_load(x3[n, r0 + r, c])) - mu
                     t1 += d
                     t2 += d * d
                 m1 = t1 / R
@@ -610,53 +672,46 @@ def nhwc_apply(x3, y3, P, mhi_nc, scale_nc, shift_nc, silu):
     for it in prange(N * P):
         n = it // P
         k = it % P
-        r0 = k * L
-        r1 = min(S, r0 + L)
-        mhi = mhi_nc[n]
-        sc = scale_nc[n]
-        sh = shift_nc[n]
-        for r in range(r0, r1):
-            _apply_row(x3[n, r], y3[n, r], mhi, sc, sh, silu)
+        _apply_rows(x3, y3, n, k * L, min(S, k * L + L), mhi_nc, scale_nc, shift_nc, silu)
 
 
 @njit(fastmath=_EW, cache=True)
-def _apply_row(xr, yr, mhi, sc, sh, silu):
-    C = xr.shape[0]
-    if silu:
-        for c in range(C):
-            z = (_load(xr[c]) - mhi[c]) * sc[c] + sh[c]
-            yr[c] = _store(z * _silu_parts(z), yr)
-    else:
-        for c in range(C):
-            yr[c] = _store((_load(xr[c]) - mhi[c]) * sc[c] + sh[c], yr)
+def _apply_rows(x3, y3, n, r0, r1, mhi, sc, sh, silu):
+    C = x3.shape[2]
+    for r in range(r0, r1):
+        if silu:
+            for c in range(C):
+                z = (_load(x3[n, r, c]) - mhi[n, c]) * sc[n, c] + sh[n, c]
+                y3[n, r, c] = _store(z * _silu_parts(z), y3)
+        else:
+            for c in range(C):
+                y3[n, r, c] = _store((_load(x3[n, r, c]) - mhi[n, c]) * sc[n, c] + sh[n, c], y3)
 
 
 @njit(fastmath=_RED, cache=True)
-def _rows_bwd_sums(dyrows, xrows, mhi, sc, sh, silu, a1, a2, a3, s1, s2, s3):
-    R, C = xrows.shape
+def _rows_bwd_sums(dy3, x3, n, r0, r1, mhi, sc, sh, silu, a1, a2, a3, s1, s2, s3):
+    C = x3.shape[2]
     rpc = max(1, CHUNK // max(C, 1))
-    for r0 in range(0, R, rpc):
-        r1 = min(R, r0 + rpc)
+    for q0 in range(r0, r1, rpc):
+        q1 = min(r1, q0 + rpc)
         for c in range(C):
             a1[c] = 0
             a2[c] = 0
             a3[c] = 0
-        for r in range(r0, r1):
-            xr = xrows[r]
-            dr = dyrows[r]
+        for r in range(q0, q1):
             if silu:
                 for c in range(C):
-                    xc = _load(xr[c]) - mhi[c]
-                    z = xc * sc[c] + sh[c]
+                    xc = _load(x3[n, r, c]) - mhi[n, c]
+                    z = xc * sc[n, c] + sh[n, c]
                     s = _silu_parts(z)
-                    dz = _load(dr[c]) * (s * (_acc(1.0, z) + z * (_acc(1.0, z) - s)))
+                    dz = _load(dy3[n, r, c]) * (s * (_acc(1.0, z) + z * (_acc(1.0, z) - s)))
                     a1[c] += dz * xc
                     a2[c] += dz
                     a3[c] += xc
             else:
                 for c in range(C):
-                    dz = _load(dr[c])
-                    xc = _load(xr[c]) - mhi[c]
+                    dz = _load(dy3[n, r, c])
+                    xc = _load(x3[n, r, c]) - mhi[n, c]
                     a1[c] += dz * xc
                     a2[c] += dz
                     a3[c] += xc
@@ -668,23 +723,20 @@ def _rows_bwd_sums(dyrows, xrows, mhi, sc, sh, silu, a1, a2, a3, s1, s2, s3):
 
 @njit(parallel=True, cache=True)
 def nhwc_bwd_sums(dy3, x3, P, mhi_nc, scale_nc, shift_nc, silu, pds, pdb, psx, proto):
-    """pds/pdb: (N, P, C) float64 per-block per-channel sums."""
+    """pds/pdb/psx: (N, P, C) float64 per-block per-channel sums."""
     N, S, C = x3.shape
     L = (S + P - 1) // P
     for it in prange(N * P):
         n = it // P
         k = it % P
-        r0 = k * L
-        r1 = min(S, r0 + L)
         a1 = _acc_empty(C, proto)
         a2 = _acc_empty(C, proto)
         a3 = _acc_empty(C, proto)
         s1 = np.zeros(C, dtype=np.float64)
         s2 = np.zeros(C, dtype=np.float64)
         s3 = np.zeros(C, dtype=np.float64)
-        if r1 > r0:
-            _rows_bwd_sums(dy3[n, r0:r1], x3[n, r0:r1], mhi_nc[n], scale_nc[n], shift_nc[n],
-                           silu, a1, a2, a3, s1, s2, s3)
+        _rows_bwd_sums(dy3, x3, n, k * L, min(S, k * L + L), mhi_nc, scale_nc, shift_nc, silu,
+                       a1, a2, a3, s1, s2, s3)
         for c in range(C):
             pds[n, k, c] = s1[c]
             pdb[n, k, c] = s2[c]
@@ -692,18 +744,20 @@ def nhwc_bwd_sums(dy3, x3, P, mhi_nc, scale_nc, shift_nc, silu, pds, pdb, psx, p
 
 
 @njit(fastmath=_EW, cache=True)
-def _bwd_apply_row(dr, xr, dxr, mhi, sc, sh, al, be, ga, silu):
-    C = xr.shape[0]
-    if silu:
-        for c in range(C):
-            xc = _load(xr[c]) - mhi[c]
-            z = xc * sc[c] + sh[c]
-            s = _silu_parts(z)
-            dz = _load(dr[c]) * (s * (_acc(1.0, z) + z * (_acc(1.0, z) - s)))
-            dxr[c] = _store(al[c] * dz + be[c] * xc + ga[c], dxr)
-    else:
-        for c in range(C):
-            dxr[c] = _store(al[c] * _load(dr[c]) + be[c] * (_load(xr[c]) - mhi[c]) + ga[c], dxr)
+def _bwd_apply_rows(dy3, x3, dx3, n, r0, r1, mhi, sc, sh, al, be, ga, silu):
+    C = x3.shape[2]
+    for r in range(r0, r1):
+        if silu:
+            for c in range(C):
+                xc = _load(x3[n, r, c]) - mhi[n, c]
+                z = xc * sc[n, c] + sh[n, c]
+                s = _silu_parts(z)
+                dz = _load(dy3[n, r, c]) * (s * (_acc(1.0, z) + z * (_acc(1.0, z) - s)))
+                dx3[n, r, c] = _store(al[n, c] * dz + be[n, c] * xc + ga[n, c], dx3)
+        else:
+            for c in range(C):
+                dx3[n, r, c] = _store(al[n, c] * _load(dy3[n, r, c])
+                                      + be[n, c] * (_load(x3[n, r, c]) - mhi[n, c]) + ga[n, c], dx3)
 
 
 @njit(parallel=True, cache=True)
@@ -713,11 +767,104 @@ def nhwc_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, alpha_nc, beta_n
     for it in prange(N * P):
         n = it // P
         k = it % P
-        r0 = k * L
-        r1 = min(S, r0 + L)
-        for r in range(r0, r1):
-            _bwd_apply_row(dy3[n, r], x3[n, r], dx3[n, r], mhi_nc[n], scale_nc[n], shift_nc[n],
-                           alpha_nc[n], beta_nc[n], gamma_nc[n], silu)
+        _bwd_apply_rows(dy3, x3, dx3, n, k * L, min(S, k * L + L), mhi_nc, scale_nc, shift_nc,
+                        alpha_nc, beta_nc, gamma_nc, silu)
+
+
+# ---------------------------------------------------------------------------
+# small sequential finishing steps (per (n, g) and per channel; fixed order)
+# ---------------------------------------------------------------------------
+@njit(cache=True)
+def finish_forward(mean64, m264, M, eps, w, b, mean_out, rstd_out, mhi_nc, scale_nc, shift_nc,
+                   proto):
+    """Merged moments -> mean/rstd outputs and per-(n, c) apply coefficients."""
+    N, G = mean64.shape
+    Cg = w.shape[0] // G
+    for n in range(N):
+        for g in range(G):
+            mean = mean64[n, g]
+            rstd = 1.0 / np.sqrt(m264[n, g] / M + eps)
+            mean_out[n, g] = mean
+            rstd_out[n, g] = rstd
+            mhi, mlo = _split_mean(mean, proto)
+            for j in range(Cg):
+                c = g * Cg + j
+                sc = rstd * w[c]
+                mhi_nc[n, c] = mhi
+                scale_nc[n, c] = sc
+                shift_nc[n, c] = b[c] - np.float64(mlo) * sc
+
+
+@njit(cache=True)
+def backward_coefficients(mean_in, rstd_in, w, b, mhi_nc, scale_nc, shift_nc, proto):
+    """Per-(n, c) mean_hi, scale = rstd*w and shift = b - mean_lo*scale from the saved stats."""
+    N, G = mean_in.shape
+    Cg = w.shape[0] // G
+    for n in range(N):
+        for g in range(G):
+            rstd = np.float64(rstd_in[n, g])
+            mhi, mlo = _split_mean(np.float64(mean_in[n, g]), proto)
+            for j in range(Cg):
+                c = g * Cg + j
+                sc = rstd * w[c]
+                mhi_nc[n, c] = mhi
+                scale_nc[n, c] = sc
+                shift_nc[n, c] = b[c] - np.float64(mlo) * sc
+
+
+@njit(cache=True)
+def finish_backward(ds_nc, db_nc, sx_nc, mean_in, rstd_in, ulp, refine, w, M, beta_nc, gamma_nc,
+                    dw, dbias, proto):
+    """Per-(n, c) sums -> dx coefficients beta/gamma per (n, c), dweight/dbias (float64)."""
+    N, C = ds_nc.shape
+    G = mean_in.shape[1]
+    Cg = C // G
+    for c in range(C):
+        dw[c] = 0.0
+        dbias[c] = 0.0
+    for n in range(N):
+        for g in range(G):
+            rstd = np.float64(rstd_in[n, g])
+            mhi, mlo32 = _split_mean(np.float64(mean_in[n, g]), proto)
+            mlo = np.float64(mlo32)
+            sg = 0.0
+            sgx = 0.0
+            sx = 0.0
+            for j in range(Cg):
+                c = g * Cg + j
+                sg += w[c] * db_nc[n, c]
+                sgx += w[c] * ds_nc[n, c]
+                sx += sx_nc[n, c]
+            if refine:
+                lo = sx / M
+                mlo = lo if abs(lo) <= ulp[n, g] else 0.0
+            bb = rstd * (sgx - mlo * sg) / M
+            a = sg / M
+            beta = -rstd * rstd * bb
+            gamma = rstd * rstd * bb * mlo - rstd * a
+            for j in range(Cg):
+                c = g * Cg + j
+                beta_nc[n, c] = beta
+                gamma_nc[n, c] = gamma
+                dw[c] += rstd * (ds_nc[n, c] - mlo * db_nc[n, c])
+                dbias[c] += db_nc[n, c]
+
+
+@njit(cache=True)
+def affine_grads(ds, db, rstd_in, mlo, dw, dbias):
+    """ds/db: (N*G, Cg) per (n, c) sums; rstd_in/mlo: (N*G,) -> dweight/dbias (float64, (C,))."""
+    NG, Cg = ds.shape
+    C = dw.shape[0]
+    G = C // Cg
+    for c in range(C):
+        dw[c] = 0.0
+        dbias[c] = 0.0
+    for t in range(NG):
+        c0 = (t % G) * Cg
+        r = np.float64(rstd_in[t])
+        for j in range(Cg):
+            dw[c0 + j] += r * (ds[t, j] - mlo[t] * db[t, j])
+            dbias[c0 + j] += db[t, j]
 
 
 @njit(parallel=True, cache=True)

@@ -104,6 +104,8 @@ def _kernel_view(a):
 
 
 def _layout(x):
+    if x.flags.c_contiguous:
+        return x, "nchw"
     lay = memory_layout(x.shape, x.strides, x.itemsize)
     if lay == "other":
         return np.ascontiguousarray(x), "nchw"
@@ -112,6 +114,8 @@ def _layout(x):
 
 def _as_layout(a, layout):
     """``a`` with memory layout ``layout`` (a copy only when it differs)."""
+    if layout == "nchw" and a.flags.c_contiguous:
+        return a
     if memory_layout(a.shape, a.strides, a.itemsize) == layout:
         return a
     if layout == "nchw":
@@ -167,13 +171,18 @@ def _split64(mean64, acc):
 # ---------------------------------------------------------------------------
 # forward
 # ---------------------------------------------------------------------------
+def _use_group_path(layout, N, G, M):
+    return layout == "nchw" and N * G >= MIN_GROUP_ITEMS and M <= GROUP_MAX
+
+
 def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
     """Return ``(y, mean, rstd)``; see ``numr_web.backends.base.Backend``."""
     x, layout = _layout(np.asarray(x))
     N, C = int(x.shape[0]), int(x.shape[1])
     G = int(num_groups)
-    S = math.prod(int(n) for n in x.shape[2:])
-    M = (C // G) * S
+    S = math.prod(x.shape[2:])
+    cg = C // G
+    M = cg * S
     acc = accumulation_dtype(x.dtype)
     silu = activation == "silu"
     y = _empty_like_layout(x, layout)
@@ -184,46 +193,37 @@ def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
     proto = acc.type(0)
     w64, b64 = _affine64(weight, bias, C)
     eps = float(eps)
+    mean = np.empty((N, G), acc)
+    rstd = np.empty((N, G), acc)
 
-    if layout == "nchw" and N * G >= MIN_GROUP_ITEMS and M <= GROUP_MAX:
-        mean = np.empty(N * G, acc)
-        rstd = np.empty(N * G, acc)
-        k.fwd_nchw_groups(_kernel_view(x.reshape(N * G, M)), _kernel_view(y.reshape(N * G, M)),
-                          w64, b64, G, S, eps, silu, mean, rstd, proto)
-        return y, mean.reshape(N, G), rstd.reshape(N, G)
+    if _use_group_path(layout, N, G, M):
+        k.fwd_nchw_groups(_kernel_view(x.reshape(N * G, cg, S)), _kernel_view(y.reshape(N * G, cg, S)),
+                          w64, b64, G, eps, silu, mean.reshape(-1), rstd.reshape(-1), proto)
+        return y, mean, rstd
 
+    mean64 = np.empty((N, G), np.float64)
+    m264 = np.empty((N, G), np.float64)
     if layout == "nchw":
         P = _pieces_nchw(N, C, S)
         x3 = _kernel_view(x.reshape(N, C, S))
         pmean = np.empty(N * C * P, np.float64)
         pm2 = np.empty(N * C * P, np.float64)
         k.nchw_piece_moments(x3, P, pmean, pm2, proto)
-        counts = np.tile(_piece_counts(S, P), C // G)
-        mean64 = np.empty(N * G, np.float64)
-        m264 = np.empty(N * G, np.float64)
-        k.merge_pieces(pmean.reshape(N * G, -1), pm2.reshape(N * G, -1), counts, mean64, m264)
+        k.merge_pieces(pmean.reshape(N * G, -1), pm2.reshape(N * G, -1), np.tile(_piece_counts(S, P), cg),
+                       mean64.reshape(-1), m264.reshape(-1))
     else:
-        xb = _channels_last_buffer(x)
-        S = xb.shape[1]
+        x3 = _kernel_view(_channels_last_buffer(x))
+        S = x3.shape[1]
         P = _pieces_nhwc(N, S, C)
-        x3 = _kernel_view(xb)
         pmean = np.empty((N, P, C), np.float64)
         pm2 = np.empty((N, P, C), np.float64)
         k.nhwc_piece_moments(x3, P, pmean, pm2, proto)
-        mean64 = np.empty((N, G), np.float64)
-        m264 = np.empty((N, G), np.float64)
         k.nhwc_merge(pmean, pm2, _piece_counts(S, P), G, mean64, m264)
 
-    mean64 = mean64.reshape(N, G)
-    rstd64 = 1.0 / np.sqrt(m264.reshape(N, G) / M + eps)
-    mean = mean64.astype(acc)
-    rstd = rstd64.astype(acc)
-    mean_hi, mean_lo = _split64(mean64, acc)
-    cg = C // G
-    sc64 = np.repeat(rstd64, cg, axis=1) * w64                      # (N, C)
-    mhi_nc = np.ascontiguousarray(np.repeat(mean_hi, cg, axis=1))
-    shift_nc = (b64 - np.repeat(mean_lo.astype(np.float64), cg, axis=1) * sc64).astype(acc)
-    scale_nc = sc64.astype(acc)
+    mhi_nc = np.empty((N, C), acc)
+    scale_nc = np.empty((N, C), acc)
+    shift_nc = np.empty((N, C), acc)
+    k.finish_forward(mean64, m264, M, eps, w64, b64, mean, rstd, mhi_nc, scale_nc, shift_nc, proto)
     if layout == "nchw":
         k.nchw_piece_apply(x3, _kernel_view(y.reshape(N, C, S)), P, mhi_nc, scale_nc, shift_nc, silu)
     else:
@@ -234,17 +234,11 @@ def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
 # ---------------------------------------------------------------------------
 # backward
 # ---------------------------------------------------------------------------
-def _finish_affine_grads(ds_nc, db_nc, rstd64, mean_lo64, G, weight):
+def _affine_out(dw64, db64, weight):
     if weight is None:
         return None, None
-    N, C = ds_nc.shape
-    cg = C // G
-    r = np.repeat(rstd64, cg, axis=1)
-    mlo = np.repeat(mean_lo64, cg, axis=1)
-    dweight = (r * (ds_nc - mlo * db_nc)).sum(axis=0)
-    dbias = db_nc.sum(axis=0)
     wdt = np.asarray(weight).dtype
-    return dweight.astype(wdt), dbias.astype(wdt)
+    return dw64.astype(wdt, copy=False), db64.astype(wdt, copy=False)
 
 
 def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=None):
@@ -256,8 +250,9 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
     dy = _as_layout(dy, layout)
     N, C = int(x.shape[0]), int(x.shape[1])
     G = int(num_groups)
-    S = math.prod(int(n) for n in x.shape[2:])
-    M = (C // G) * S
+    S = math.prod(x.shape[2:])
+    cg = C // G
+    M = cg * S
     acc = accumulation_dtype(x.dtype)
     silu = activation == "silu"
     dx = _empty_like_layout(x, layout)
@@ -271,44 +266,42 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
     w64, b64 = _affine64(weight, bias, C)
     mean_a = np.ascontiguousarray(np.asarray(mean).reshape(N, G), dtype=acc)
     rstd_a = np.ascontiguousarray(np.asarray(rstd).reshape(N, G), dtype=acc)
-    rstd64 = rstd_a.astype(np.float64)
-    mean_hi, mean_lo = _split64(mean_a.astype(np.float64), acc)
-    mlo64 = mean_lo.astype(np.float64)
     # A float32-saved mean of data offset by 1e5 is off by up to 0.004; its low part is
     # recovered from sum(x - mean_hi), accumulated with the other sums, but only within the
     # saved mean's own rounding, so statistics passed on purpose are used as given.
     refine = acc == np.float32
-    ulp = np.spacing(np.abs(mean_hi)).astype(np.float64)
-    cg = C // G
+    ulp = np.spacing(np.abs(mean_a)).astype(np.float64) if refine else np.zeros((N, G))
+    dw64 = np.empty(C, np.float64)
+    db64 = np.empty(C, np.float64)
 
-    if layout == "nchw" and N * G >= MIN_GROUP_ITEMS and M <= GROUP_MAX:
+    if _use_group_path(layout, N, G, M):
         ds = np.empty((N * G, cg), np.float64)
         db = np.empty((N * G, cg), np.float64)
         mlo_used = np.empty(N * G, np.float64)
-        k.bwd_nchw_groups(_kernel_view(dy.reshape(N * G, M)), _kernel_view(x.reshape(N * G, M)),
-                          _kernel_view(dx.reshape(N * G, M)), mean_a.reshape(-1), rstd_a.reshape(-1),
-                          ulp.reshape(-1), w64, b64, G, S, silu, refine, ds, db, mlo_used, proto)
-        dw, dbias = _finish_affine_grads(ds.reshape(N, C), db.reshape(N, C), rstd64,
-                                         mlo_used.reshape(N, G), G, weight)
-        return dx, dw, dbias
+        shp3 = (N * G, cg, S)
+        k.bwd_nchw_groups(_kernel_view(dy.reshape(shp3)), _kernel_view(x.reshape(shp3)),
+                          _kernel_view(dx.reshape(shp3)), mean_a.reshape(-1), rstd_a.reshape(-1),
+                          ulp.reshape(-1), w64, b64, G, silu, refine, ds, db, mlo_used, proto)
+        if weight is None:
+            return dx, None, None
+        k.affine_grads(ds, db, rstd_a.reshape(-1), mlo_used, dw64, db64)
+        return (dx,) + _affine_out(dw64, db64, weight)
 
-    r_nc = np.repeat(rstd64, cg, axis=1)
-    sc64 = r_nc * w64
-    mhi_nc = np.ascontiguousarray(np.repeat(mean_hi, cg, axis=1))
-    scale_nc = sc64.astype(acc)
-    shift_nc = (b64 - np.repeat(mlo64, cg, axis=1) * sc64).astype(acc)
+    mhi_nc = np.empty((N, C), acc)
+    scale_nc = np.empty((N, C), acc)
+    shift_nc = np.empty((N, C), acc)
+    k.backward_coefficients(mean_a, rstd_a, w64, b64, mhi_nc, scale_nc, shift_nc, proto)
     if layout == "nchw":
         P = _pieces_nchw(N, C, S)
         x3 = _kernel_view(x.reshape(N, C, S))
         dy3 = _kernel_view(dy.reshape(N, C, S))
         dx3 = _kernel_view(dx.reshape(N, C, S))
-        pds = np.empty(N * C * P, np.float64)
-        pdb = np.empty(N * C * P, np.float64)
-        psx = np.empty(N * C * P, np.float64)
-        k.nchw_piece_bwd_sums(dy3, x3, P, mhi_nc, scale_nc, shift_nc, silu, pds, pdb, psx)
-        ds_nc = pds.reshape(N, C, P).sum(axis=2)
-        db_nc = pdb.reshape(N, C, P).sum(axis=2)
-        sx_nc = psx.reshape(N, C, P).sum(axis=2)
+        pds = np.empty((N, C, P), np.float64)
+        pdb = np.empty((N, C, P), np.float64)
+        psx = np.empty((N, C, P), np.float64)
+        k.nchw_piece_bwd_sums(dy3, x3, P, mhi_nc, scale_nc, shift_nc, silu, pds.reshape(-1),
+                              pdb.reshape(-1), psx.reshape(-1))
+        axis = 2
     else:
         x3 = _kernel_view(_channels_last_buffer(x))
         dy3 = _kernel_view(_channels_last_buffer(dy))
@@ -319,28 +312,15 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
         pdb = np.empty((N, P, C), np.float64)
         psx = np.empty((N, P, C), np.float64)
         k.nhwc_bwd_sums(dy3, x3, P, mhi_nc, scale_nc, shift_nc, silu, pds, pdb, psx, proto)
-        ds_nc = pds.sum(axis=1)
-        db_nc = pdb.sum(axis=1)
-        sx_nc = psx.sum(axis=1)
-
-    if refine:
-        with np.errstate(invalid="ignore"):
-            lo = sx_nc.reshape(N, G, cg).sum(axis=2) / M
-            mlo64 = np.where(np.abs(lo) <= ulp, lo, 0.0)
-    sg = (w64 * db_nc).reshape(N, G, cg).sum(axis=2)
-    sgx = (w64 * ds_nc).reshape(N, G, cg).sum(axis=2)
-    bb = rstd64 * (sgx - mlo64 * sg) / M
-    a = sg / M
-    beta = -rstd64 * rstd64 * bb
-    gamma = rstd64 * rstd64 * bb * mlo64 - rstd64 * a
-    alpha_nc = scale_nc
-    beta_nc = np.ascontiguousarray(np.repeat(beta, cg, axis=1).astype(acc))
-    gamma_nc = np.ascontiguousarray(np.repeat(gamma, cg, axis=1).astype(acc))
+        axis = 1
+    beta_nc = np.empty((N, C), acc)
+    gamma_nc = np.empty((N, C), acc)
+    k.finish_backward(pds.sum(axis=axis), pdb.sum(axis=axis), psx.sum(axis=axis), mean_a, rstd_a, ulp,
+                      refine, w64, M, beta_nc, gamma_nc, dw64, db64, proto)
     if layout == "nchw":
-        k.nchw_piece_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, alpha_nc, beta_nc,
+        k.nchw_piece_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, scale_nc, beta_nc,
                                gamma_nc, silu)
     else:
-        k.nhwc_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, alpha_nc, beta_nc,
+        k.nhwc_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, scale_nc, beta_nc,
                          gamma_nc, silu)
-    dw, dbias = _finish_affine_grads(ds_nc, db_nc, rstd64, mlo64, G, weight)
-    return dx, dw, dbias
+    return (dx,) + _affine_out(dw64, db64, weight)
