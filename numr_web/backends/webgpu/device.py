@@ -8,6 +8,7 @@ transport is underneath.
 from __future__ import annotations
 
 import threading
+import weakref
 
 from numr_web.backends.webgpu import source
 from numr_web.backends.webgpu import transport_wgpu as _default_transport
@@ -138,23 +139,23 @@ class Context:
 
 
 class Scratch:
-    """A pooled device buffer owned by one Python object (returned on collection)."""
+    """A pooled device buffer owned by one Python object (returned to the pool on collection).
 
-    __slots__ = ("ctx", "buffer", "size", "nbytes", "generation", "__weakref__")
+    A ``weakref.finalize`` (not ``__del__``) gives the buffer back: the
+    finalizer's registry holds the buffer strongly, so when this object dies in
+    a reference cycle the buffer cannot be finalized (released) before it is
+    pooled.
+    """
+
+    __slots__ = ("ctx", "buffer", "size", "nbytes", "generation", "_fin", "__weakref__")
 
     def __init__(self, ctx, nbytes):
         self.ctx = ctx
         self.nbytes = int(nbytes)
         self.buffer, self.size = ctx.alloc(max(self.nbytes, 16))
         self.generation = ctx.generation
-
-    def __del__(self):
-        try:
-            if self.buffer is not None:
-                self.ctx.release(self.buffer, self.size)
-                self.buffer = None
-        except Exception:
-            pass
+        self._fin = weakref.finalize(self, ctx.release, self.buffer, self.size)
+        self._fin.atexit = False
 
 
 def grid(workgroups):

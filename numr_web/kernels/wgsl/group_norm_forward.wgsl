@@ -4,7 +4,9 @@
 // Numerics: every thread sums (x - K) and (x - K)^2 with the same shift K (the
 // group's first element), so mean = K + S1/M is held as the exact pair
 // (mean_hi = K, mean_lo = S1/M).  If the shift was poor ((S1/M)^2 > 8 var)
-// the group is summed again around the computed mean.  The output uses
+// the group is summed again around the computed mean; if the float32 sum of
+// squares overflowed (|x| beyond ~1e19) the redo also scales the deviations by
+// 2^-64 and rstd is taken in the scaled units.  The output uses
 // y = (x - mean_hi) * scale + shift, shift = b - mean_lo * scale: x - mean_hi
 // is exact for data near its mean, so large offsets cost no accuracy.
 //!include group_norm_common.wgsl
@@ -25,13 +27,13 @@ fn load_x(e: u32) -> vec4<f32> {
   return vec4<f32>(ld_X(e >> 2u)[e & 3u], 0.0, 0.0, 0.0);
 }
 
-fn partial_sums(gl: u32, n: u32, g: u32, lid: u32, k: f32) -> vec2<f32> {
+fn partial_sums(gl: u32, n: u32, g: u32, lid: u32, k: f32, sc: f32) -> vec2<f32> {
   var s1 = vec4<f32>(0.0);
   var s2 = vec4<f32>(0.0);
   for (var it = lid; it < p.items; it += WG) {
     let I = item_of(it, gl, n, g);
     for (var t = I.t0; t < I.t1; t++) {
-      let d = (load_x(I.base + t * I.tstride) - k) * LMASK;
+      let d = (load_x(I.base + t * I.tstride) - k) * (LMASK * sc);
       s1 += d;
       s2 += d * d;
     }
@@ -39,8 +41,10 @@ fn partial_sums(gl: u32, n: u32, g: u32, lid: u32, k: f32) -> vec2<f32> {
   return vec2<f32>(dot(s1, vec4<f32>(1.0)), dot(s2, vec4<f32>(1.0)));
 }
 
-// Thread 0: total the partials into (K, S1/M, var, redo flag).
-fn combine(k: f32, allow_redo: bool) {
+fn not_finite(v: f32) -> bool { return (bitcast<u32>(v) & 0x7f800000u) == 0x7f800000u; }
+
+// Thread 0: total the partials into (K, S1/M, var in scaled units, redo: 0 no, 1 shift, 2 overflow).
+fn combine(k: f32, sc: f32, allow_redo: bool) {
   var s1 = 0.0;
   var s2 = 0.0;
   for (var i = 0u; i < WG; i++) {
@@ -49,8 +53,9 @@ fn combine(k: f32, allow_redo: bool) {
   }
   let d = s1 * p.inv_m;
   let v = max(s2 * p.inv_m - d * d, 0.0);
-  let redo = allow_redo && (d * d > 8.0 * v);
-  wg_stat = vec4<f32>(k, d, v, select(0.0, 1.0, redo));
+  let overflow = not_finite(s2) && !not_finite(s1);
+  let redo = allow_redo && (d * d > 8.0 * v || overflow);
+  wg_stat = vec4<f32>(k, d / sc, v, select(0.0, select(1.0, 2.0, overflow), redo));
 }
 
 @compute @workgroup_size(WG)
@@ -63,20 +68,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let g = gg % p.G;
 
   let k0 = load_x(item_of(0u, gl, n, g).base).x;
-  wg_part[lid] = partial_sums(gl, n, g, lid, k0);
+  wg_part[lid] = partial_sums(gl, n, g, lid, k0, 1.0);
   workgroupBarrier();
-  if (lid == 0u) { combine(k0, true); }
+  if (lid == 0u) { combine(k0, 1.0, true); }
   var st = workgroupUniformLoad(&wg_stat);
+  var sc = 1.0;
   if (st.w != 0.0) {
     let k1 = st.x + st.y;
-    wg_part[lid] = partial_sums(gl, n, g, lid, k1);
+    sc = select(1.0, 5.421010862427522e-20, st.w > 1.5);  // 2^-64
+    wg_part[lid] = partial_sums(gl, n, g, lid, k1, sc);
     workgroupBarrier();
-    if (lid == 0u) { combine(k1, false); }
+    if (lid == 0u) { combine(k1, sc, false); }
     st = workgroupUniformLoad(&wg_stat);
   }
   let mean_hi = st.x;
   let mean_lo = st.y;
-  let rstd = 1.0 / sqrt(st.z + p.eps);
+  let rstd = sc / sqrt(st.z + p.eps * sc * sc);
   if (lid == 0u) {
     MEAN[gg] = mean_hi + mean_lo;
     RSTD[gg] = rstd;
