@@ -17,23 +17,32 @@ _KEY_LIMITS = ("max-storage-buffer-binding-size", "max-buffer-size", "max-comput
                "min-storage-buffer-offset-alignment")
 
 
-def _lost_guard(fn):
-    """A lost device turns into BackendUnavailable, and the next call gets a new device."""
+def _lost_guard(fn=None, *, retry=False):
+    """A lost device turns into BackendUnavailable, and the next call gets a new device.
+
+    With ``retry`` (uploads from the host, which hold all their inputs) the
+    call is repeated once on the new device instead.
+    """
+    if fn is None:
+        return lambda f: _lost_guard(f, retry=retry)
+
     def wrapper(self, *args, **kwargs):
         try:
             return fn(self, *args, **kwargs)
         except Exception as exc:
             ctx = _device.current()
             transport = ctx.transport if ctx is not None else _device._state["transport"]
-            if hasattr(transport, "is_device_lost") and transport.is_device_lost(exc):
-                if ctx is not None:
-                    _device.mark_lost(ctx)
-                from numr_web.errors import BackendUnavailable
+            if not (hasattr(transport, "is_device_lost") and transport.is_device_lost(exc)):
+                raise
+            if ctx is not None:
+                _device.mark_lost(ctx)
+            if retry:
+                return fn(self, *args, **kwargs)
+            from numr_web.errors import BackendUnavailable
 
-                raise BackendUnavailable(
-                    "the WebGPU device was lost (driver reset or destroyed); the next call requests a new "
-                    "device: move the arrays there again with numr_web.to_device") from exc
-            raise
+            raise BackendUnavailable(
+                "the WebGPU device was lost (driver reset or destroyed); the next call requests a new "
+                "device: move the arrays there again with numr_web.to_device") from exc
     wrapper.__name__ = fn.__name__
     wrapper.__doc__ = fn.__doc__
     return wrapper
@@ -74,7 +83,8 @@ class WebGPUBackend(Backend):
         d.update({
             "adapter": i["adapter"], "vendor": i["vendor"], "description": i["description"],
             "backend": i["backend"], "adapter type": i["adapter_type"], "transport": i["transport"],
-            "features": ", ".join(sorted(ctx.dev.features)),
+            "features (device)": ", ".join(sorted(ctx.dev.features)),
+            "features (adapter)": ", ".join(sorted(ctx.dev.adapter_features)),
             "float16 storage": "shader-f16" if ctx.dtype_key("float16") == "f16" else "pack2x16float (u32 pairs)",
             "bfloat16 storage": "u32 pairs (bit shifts)",
             "copy kernel (bench yardstick)": self._copy_variant or "chosen on first bench copy",
@@ -85,7 +95,7 @@ class WebGPUBackend(Backend):
         return d
 
     # -- transfers -----------------------------------------------------------------
-    @_lost_guard
+    @_lost_guard(retry=True)
     def from_numpy(self, array):
         a = np.asarray(array)
         if a.dtype == np.float64 or a.dtype.kind in "iub":
@@ -108,7 +118,7 @@ class WebGPUBackend(Backend):
         ctx.transport.write_buffer(ctx.dev, out.buffer, 0, phys.view(np.uint8).reshape(-1))
         return out
 
-    @_lost_guard
+    @_lost_guard(retry=True)
     def from_buffer(self, buf, shape, dtype):
         dt = as_dtype(dtype)
         shape = tuple(int(n) for n in shape)

@@ -57,6 +57,7 @@ class Device:
         self.limits = limits
         self.lost = False
         self._fence = None
+        self.adapter_features = set(adapter.features)
 
 
 # The limits we raise to the adapter's maximum when it allows more than the
@@ -134,7 +135,10 @@ def destroy_buffer(buf):
 
 
 def write_buffer(dev, buf, offset, data):
+    """WebGPU copies whole 4-byte words: a ragged tail is padded (buffers are allocated padded)."""
     mv = memoryview(data).cast("B")
+    if len(mv) % 4:
+        mv = memoryview(bytes(mv) + bytes(4 - len(mv) % 4))
     if len(mv):
         dev.queue.write_buffer(buf, int(offset), mv)
 
@@ -142,7 +146,9 @@ def write_buffer(dev, buf, offset, data):
 def read_buffer(dev, buf, offset, size):
     if size == 0:
         return b""
-    return bytes(dev.queue.read_buffer(buf, int(offset), int(size)))
+    padded = (int(size) + 3) // 4 * 4
+    data = dev.queue.read_buffer(buf, int(offset), padded)
+    return bytes(data[:size]) if padded != size else bytes(data)
 
 
 def copy_buffer(dev, src, src_offset, dst, dst_offset, size):

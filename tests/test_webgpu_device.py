@@ -1,0 +1,179 @@
+"""The WebGPU device layer: pipelines, pooled memory, missing and lost devices, chunking, timing."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import numr_web
+from numr_web.errors import BackendUnavailable
+from oracle import backward as ref_backward
+from oracle import forward as ref_forward
+from oracle import rel_err
+from webgpu_support import nhwc, wg  # noqa: F401
+
+
+def test_pipelines_are_compiled_once_per_variant(wg, rng):
+    from numr_web.backends.webgpu import device
+
+    x = wg.from_numpy(rng.standard_normal((2, 8, 4, 4)).astype(np.float32))
+    wg.group_norm_forward(x, None, None, 4, 1e-5)
+    ctx = device.context()
+    before = dict(ctx.pipelines)
+    for _ in range(5):
+        wg.group_norm_forward(x, None, None, 4, 1e-5)
+    assert ctx.pipelines == before  # same keys, same pipeline objects
+    x16 = wg.from_numpy(rng.standard_normal((2, 8, 4, 4)).astype(np.float16))
+    wg.group_norm_forward(x16, None, None, 4, 1e-5)
+    assert len(ctx.pipelines) > len(before)  # another dtype is another pipeline
+
+
+def test_a_thousand_calls_keep_memory_flat(wg, rng):
+    from numr_web.backends.webgpu import device
+
+    x = wg.from_numpy(rng.standard_normal((2, 16, 8, 8)).astype(np.float32))
+    w = wg.from_numpy(np.ones(16, np.float32))
+    dy = wg.from_numpy(rng.standard_normal((2, 16, 8, 8)).astype(np.float32))
+    ctx = device.context()
+
+    def step():
+        y, m, r = wg.group_norm_forward(x, w, w, 4, 1e-5)
+        dx, dw, db = wg.group_norm_backward(dy, x, m, r, w, w, 4)
+        return ((y * dx).sum() + dw.mean()) * 0.5
+
+    for _ in range(50):
+        step()
+    wg.synchronize()
+    held = (ctx.live_bytes, ctx.pool_bytes, sum(len(v) for v in ctx.pool.values()))
+    for _ in range(1000):
+        step()
+    wg.synchronize()
+    assert (ctx.live_bytes, ctx.pool_bytes, sum(len(v) for v in ctx.pool.values())) == held
+
+
+def test_no_adapter_raises_backend_unavailable_with_a_fix(wg):
+    from numr_web.backends.webgpu import configure
+
+    # Ask the transport for a feature this adapter cannot give: the request fails
+    # exactly as it does on a machine with no usable adapter.
+    configure(required_features=["texture-compression-astc-sliced-3d"])
+    try:
+        ok, why = wg.available()
+        assert not ok and "lavapipe" in why and "mesa-vulkan-drivers" in why
+        with pytest.raises(BackendUnavailable, match="webgpu"):
+            numr_web.to_device(np.zeros(4, np.float32), "webgpu")
+    finally:
+        configure()
+    assert wg.available()[0]
+
+
+def test_without_wgpu_the_import_still_works_and_says_how_to_fix():
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["wgpu"] = None          # as if wgpu-py were not installed
+        import numr_web, numr_web.webgpu
+        from numr_web.backends.webgpu import BACKEND
+        ok, why = BACKEND.available()
+        assert not ok, why
+        assert "pip install 'numr-web[webgpu]'" in why, why
+        try:
+            numr_web.to_device([1.0], "webgpu")
+        except numr_web.errors.BackendUnavailable as exc:
+            print("OK", exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("OK")
+
+
+def test_importing_touches_no_hardware():
+    code = "import numr_web.webgpu, numr_web.backends.webgpu.device as d; print(d.current())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "None"
+
+
+def test_lost_device_is_replaced_on_the_next_call(wg, rng):
+    from numr_web.backends.webgpu import device
+
+    x = rng.standard_normal((2, 8, 4, 4)).astype(np.float32)
+    old = wg.from_numpy(x)
+    ctx = device.context()
+    ctx.transport.lose_device(ctx.dev)          # what a driver reset does
+    with pytest.raises(BackendUnavailable, match="lost"):
+        wg.group_norm_forward(old, None, None, 4, 1e-5)
+    fresh = wg.from_numpy(x)                     # the next call gets a new device
+    assert device.context() is not ctx and device.context().generation > ctx.generation
+    y, _, _ = wg.group_norm_forward(fresh, None, None, 4, 1e-5)
+    assert rel_err(wg.to_numpy(y), ref_forward(x, 4)[0]) < 2e-6
+    with pytest.raises(BackendUnavailable, match="lost"):
+        wg.to_numpy(old)                         # arrays of the old device say so
+
+
+def test_info_lists_adapter_features_and_limits(wg):
+    info = wg.info()
+    assert info["available"] is True
+    for key in ("adapter", "backend", "adapter type", "features (adapter)", "max-storage-buffer-binding-size",
+                "max-buffer-size", "float16 storage", "transport"):
+        assert key in info, key
+    assert info["max-storage-buffer-binding-size"] >= 128 << 20
+
+
+def test_copy_kernels_copy(wg, rng):
+    from numr_web.backends.webgpu import ops
+
+    x = rng.standard_normal((3, 5, 7, 11)).astype(np.float32)
+    d = wg.from_numpy(x)
+    for v in ops.COPY_VARIANTS:
+        assert wg.to_numpy(ops.device_copy(d, v)).tobytes() == x.tobytes(), v
+    assert wg.to_numpy(wg.copy(d)).tobytes() == x.tobytes()
+    assert wg._copy_variant in wg.YARDSTICK_COPIES
+
+
+def test_timer_waits_for_the_device(wg, rng):
+    d = wg.from_numpy(rng.standard_normal((4, 64, 32, 32)).astype(np.float32))
+    times = wg.timer(lambda: wg.group_norm_forward(d, None, None, 8, 1e-5), repeat=3)
+    assert len(times) == 3 and all(t > 0 for t in times)
+
+
+# Past maxStorageBufferBindingSize (128 MiB on lavapipe, the WebGPU default): chunks of whole
+# groups (channels-last: whole samples), bound at 256-byte aligned offsets.  HW % 4 == 0 and
+# C/G = 3: NCHW takes the fused kernels at offsets that are not group starts (M * 4 bytes is not
+# a multiple of 256), channels-last the split statistics + elementwise kernels.
+BIG = (4, 24, 601, 584)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_tensor_over_the_binding_limit_is_chunked(wg, layout):
+    from numr_web.backends.webgpu import device, group_norm
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(BIG, dtype=np.float32)
+    x += np.arange(BIG[0] * BIG[1], dtype=np.float32).reshape(BIG[:2] + (1, 1)) * 0.25
+    if layout == "nhwc":
+        x = nhwc(x)
+    assert x.nbytes > device.context().max_binding
+    G = 8
+    w = rng.standard_normal(BIG[1]).astype(np.float32)
+    xd, wd = wg.from_numpy(x), wg.from_numpy(w)
+    chunks = list(group_norm.Layout(xd, G).chunks(device.context().max_binding))
+    assert len(chunks) > 1 and all(off % 256 == 0 for _, _, off, _, _, _ in chunks)
+    y, mean, rstd = wg.group_norm_forward(xd, wd, wd, G, 1e-5)
+    yr, mr, rr = ref_forward(x, G, w, w)
+    assert rel_err(wg.to_numpy(y), yr) < 2e-6
+    assert rel_err(wg.to_numpy(mean), mr) < 2e-6
+    del y, yr
+    dy = rng.standard_normal(BIG, dtype=np.float32)
+    if layout == "nhwc":
+        dy = nhwc(dy)
+    dx, dw, db = wg.group_norm_backward(wg.from_numpy(dy), xd, mean, rstd, wd, wd, G)
+    dxr, dwr, dbr = ref_backward(dy, x, G, w, w)
+    assert rel_err(wg.to_numpy(dx), dxr) < 5e-6
+    assert rel_err(wg.to_numpy(dw), dwr) < 5e-6
+    assert rel_err(wg.to_numpy(db), dbr) < 5e-6
