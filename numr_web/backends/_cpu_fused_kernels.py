@@ -576,21 +576,37 @@ def nchw_piece_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, alpha_nc, 
 # channels-last: x3 is the contiguous (N, S, C) buffer; work item (n, k) = rows
 # [k*L, (k+1)*L) of sample n; inner loops run over channels (contiguous)
 # ---------------------------------------------------------------------------
+#: channels-last partial sums are flushed to float64 after this many rows
+ROWS_PER_FLUSH = 64
+
+
 @njit(fastmath=_RED, cache=True)
 def _rows_shifted_sums(x3, n, r0, r1, K, a1, a2, s1, s2):
-    """Per-channel shifted sums over rows [r0, r1) of sample n, float32 partials flushed to float64."""
+    """Per-channel shifted sums over rows [r0, r1) of sample n, float32 partials flushed to
+    float64.  Four rows per update of the accumulator arrays (they live in L1, not registers)."""
     C = x3.shape[2]
-    rpc = max(1, CHUNK // max(C, 1))
-    for q0 in range(r0, r1, rpc):
-        q1 = min(r1, q0 + rpc)
+    for q0 in range(r0, r1, ROWS_PER_FLUSH):
+        q1 = min(r1, q0 + ROWS_PER_FLUSH)
         for c in range(C):
             a1[c] = 0
             a2[c] = 0
-        for r in range(q0, q1):
+        r = q0
+        while r + 4 <= q1:
+            for c in range(C):
+                k = K[c]
+                d0 = _load(x3[n, r, c]) - k
+                d1 = _load(x3[n, r + 1, c]) - k
+                d2 = _load(x3[n, r + 2, c]) - k
+                d3 = _load(x3[n, r + 3, c]) - k
+                a1[c] += (d0 + d1) + (d2 + d3)
+                a2[c] += (d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3)
+            r += 4
+        while r < q1:
             for c in range(C):
                 d = _load(x3[n, r, c]) - K[c]
                 a1[c] += d
                 a2[c] += d * d
+            r += 1
         for c in range(C):
             s1[c] += np.float64(a1[c])
             s2[c] += np.float64(a2[c])
