@@ -329,6 +329,10 @@ class CupyBackend(Backend):
             self._functions[key] = fn
         return fn
 
+    @staticmethod
+    def _address(array) -> int:
+        return array.data.ptr
+
     def _prepare(self, x):
         """(array, layout, buffer): NCHW or NHWC x and its contiguous buffer."""
         cp = self._cupy
@@ -383,7 +387,7 @@ class CupyBackend(Backend):
             fill = np.nan if S == 0 else 0.0
             return y, cp.full((N, G), fill, dtype=acc), cp.full((N, G), fill, dtype=acc)
         silu = activation == "silu"
-        aligned = xbuf.data.ptr % 16 == 0
+        aligned = self._address(xbuf) % 16 == 0
         plan = plan_forward(N, C, S, G, layout, x.itemsize, aligned, self._sm_count())
         w, has_w = self._param(weight, acc)
         b, has_b = self._param(bias, acc)
@@ -423,7 +427,7 @@ class CupyBackend(Backend):
                 return dx, None, None
             return dx, cp.zeros(C, dtype=weight.dtype), cp.zeros(C, dtype=weight.dtype)
         silu = activation == "silu"
-        aligned = xbuf.data.ptr % 16 == 0 and dybuf.data.ptr % 16 == 0
+        aligned = self._address(xbuf) % 16 == 0 and self._address(dybuf) % 16 == 0
         plan = plan_backward(N, C, S, G, layout, x.itemsize, aligned, self._sm_count())
         w, has_w = self._param(weight, acc)
         b, has_b = self._param(bias, acc)

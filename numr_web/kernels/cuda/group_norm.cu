@@ -21,6 +21,10 @@
 // partials in split order.  No floating-point atomics anywhere.
 //
 // Indexing: all element offsets are 64-bit (long long / unsigned long long).
+//
+// NUMR_WEB_HOST_EMULATION is defined only by tests/test_cuda.py, which builds
+// this very file for the CPU with a small shim (threads for CUDA threads,
+// barriers for __syncthreads and shuffles) to execute the kernels without a GPU.
 
 #define NUMR_BLOCK 256
 #define NUMR_WARPS (NUMR_BLOCK / 32)
@@ -51,13 +55,21 @@ template <> struct Traits<double> {
 template <> struct Traits<numr_f16> {
     typedef float acc;
     static __device__ __forceinline__ float to_acc(numr_f16 v) {
+#ifdef NUMR_WEB_HOST_EMULATION  // the test suite's CPU build of this file
+        return numr_host_half_to_float(v.bits);
+#else
         float f;
         asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
         return f;
+#endif
     }
     static __device__ __forceinline__ numr_f16 from_acc(float a) {
         numr_f16 r;
+#ifdef NUMR_WEB_HOST_EMULATION
+        r.bits = numr_host_float_to_half(a);
+#else
         asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(a));
+#endif
         return r;
     }
 };
