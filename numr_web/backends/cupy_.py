@@ -24,6 +24,7 @@ sum(x - mean) over pieces of the spatial extent (``gn_bwd_reduce_nchw`` /
 """
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from dataclasses import dataclass
@@ -145,6 +146,7 @@ def elementwise_blocks(total_vec: int, sm_count: int) -> int:
     return max(1, min(_cdiv(total_vec, BLOCK), sm_count * 32))
 
 
+@functools.lru_cache(maxsize=512)
 def plan_forward(N: int, C: int, S: int, G: int, layout: str, itemsize: int, aligned: bool,
                  sm_count: int) -> ForwardPlan:
     """How the forward kernels cut the work; requires N * C * S > 0."""
@@ -168,6 +170,7 @@ def plan_forward(N: int, C: int, S: int, G: int, layout: str, itemsize: int, ali
                        elementwise_blocks(total_vec, sm_count))
 
 
+@functools.lru_cache(maxsize=512)
 def plan_backward(N: int, C: int, S: int, G: int, layout: str, itemsize: int, aligned: bool,
                   sm_count: int) -> BackwardPlan:
     """How the backward kernels cut the work; requires N * C * S > 0."""
@@ -219,6 +222,7 @@ class CupyBackend(Backend):
         self._functions: dict = {}
         self._sm_counts: dict = {}
         self._source = None
+        self._tickets: dict = {}
 
     # -- discovery -----------------------------------------------------------
     def _import(self):
@@ -333,6 +337,24 @@ class CupyBackend(Backend):
     def _address(array) -> int:
         return array.data.ptr
 
+    def _stream_key(self):
+        cp = self._cupy
+        return cp.cuda.Device().id, cp.cuda.get_current_stream().ptr
+
+    def _ticket_counters(self, n: int):
+        """Zeroed int32 tickets for split groups, kept per (device, stream).
+
+        The statistics kernel resets every ticket it uses to 0 before it
+        exits, so the buffer is zero again for the next launch on the same
+        stream (launches on one stream never overlap); no memset per call.
+        """
+        key = self._stream_key()
+        buf = self._tickets.get(key)
+        if buf is None or buf.size < n:
+            buf = self._cupy.zeros(max(n, 1024), dtype=np.int32)
+            self._tickets[key] = buf
+        return buf
+
     def _prepare(self, x):
         """(array, layout, buffer): NCHW or NHWC x and its contiguous buffer."""
         cp = self._cupy
@@ -391,15 +413,19 @@ class CupyBackend(Backend):
         plan = plan_forward(N, C, S, G, layout, x.itemsize, aligned, self._sm_count())
         w, has_w = self._param(weight, acc)
         b, has_b = self._param(bias, acc)
-        mean = cp.empty((N, G), dtype=acc)
-        rstd = cp.empty((N, G), dtype=acc)
-        params = cp.empty(3 * N * C, dtype=acc)
+        # one allocation for mean, rstd, the apply parameters and the split partials
+        NG, NC = N * G, N * C
+        n_part = 2 * plan.stats_blocks if plan.splits > 1 else 0
+        ws = cp.empty(2 * NG + 3 * NC + n_part, dtype=acc)
+        mean = ws[:NG].reshape(N, G)
+        rstd = ws[NG:2 * NG].reshape(N, G)
+        params = ws[2 * NG:2 * NG + 3 * NC]
         if plan.splits > 1:
-            partials = cp.empty(2 * plan.stats_blocks, dtype=acc)
-            counters = cp.zeros(N * G, dtype=np.int32)
-        else:
-            partials = params  # never touched when a group has one block
-            counters = cp.empty(1, dtype=np.int32)
+            partials = ws[2 * NG + 3 * NC:]
+            counters = self._ticket_counters(NG)
+        else:  # never touched when a group has one block
+            partials = params
+            counters = ws
         storage = STORAGE_TYPES[dtype_name]
         i64 = np.int64
         stats = self._function(dtype_name, layout, stats_kernel(storage, layout, plan.stats_vec))
@@ -433,9 +459,11 @@ class CupyBackend(Backend):
         b, has_b = self._param(bias, acc)
         mean = cp.ascontiguousarray(mean.astype(acc, copy=False))
         rstd = cp.ascontiguousarray(rstd.astype(acc, copy=False))
-        part = cp.empty(3 * N * plan.pieces * C, dtype=acc)
-        params = cp.empty(5 * N * C, dtype=acc)
-        mean_lo = cp.empty((N, G), dtype=acc)
+        NG, NC, PS = N * G, N * C, N * plan.pieces * C
+        ws = cp.empty(3 * PS + 5 * NC + NG + (2 * C if has_weight else 0), dtype=acc)
+        part = ws[:3 * PS]
+        params = ws[3 * PS:3 * PS + 5 * NC]
+        mean_lo = ws[3 * PS + 5 * NC:3 * PS + 5 * NC + NG]
         storage = STORAGE_TYPES[dtype_name]
         i64 = np.int64
         reduce = self._function(dtype_name, layout, reduce_kernel(storage, layout, plan.reduce_vec, silu))
@@ -454,8 +482,8 @@ class CupyBackend(Backend):
             (dybuf, xbuf, dxbuf, params, i64(N * C), i64(C), i64(S), i64(plan.dx_total_vec)))
         if not has_weight:
             return dx, None, None
-        dw = cp.empty(C, dtype=acc)
-        db = cp.empty(C, dtype=acc)
+        dw = ws[3 * PS + 5 * NC + NG:3 * PS + 5 * NC + NG + C]
+        db = ws[3 * PS + 5 * NC + NG + C:]
         grads = self._function(dtype_name, layout, channel_grads_kernel(ACC_TYPES[acc.name]))
         grads((plan.channel_blocks,), (BLOCK,),
               (part, rstd, mean_lo, i64(N), i64(C), i64(G), i64(plan.pieces), dw, db))
