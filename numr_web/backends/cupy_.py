@@ -223,6 +223,7 @@ class CupyBackend(Backend):
         self._sm_counts: dict = {}
         self._source = None
         self._tickets: dict = {}
+        self._ready = None
 
     # -- discovery -----------------------------------------------------------
     def _import(self):
@@ -233,6 +234,8 @@ class CupyBackend(Backend):
         return self._cupy
 
     def available(self):
+        if getattr(self, "_ready", None) is not None:
+            return self._ready
         try:
             cp = self._import()
         except Exception as exc:  # ImportError, or a broken CUDA install
@@ -246,7 +249,8 @@ class CupyBackend(Backend):
         dev = cp.cuda.Device()
         props = cp.cuda.runtime.getDeviceProperties(dev.id)
         name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-        return True, f"{name} (sm_{dev.compute_capability}), {count} device(s)"
+        self._ready = (True, f"{name} (sm_{dev.compute_capability}), {count} device(s)")  # checked once
+        return self._ready
 
     def owns(self, array) -> bool:
         return type(array).__module__.startswith("cupy")

@@ -421,6 +421,11 @@ struct ChannelOf {
 // ---------------------------------------------------------------------------
 // forward: apply  y = (x - mean_hi) * scale + shift  [then silu]
 // ---------------------------------------------------------------------------
+// BACK_TO_FRONT: the statistics (and the backward's reduce) walk the tensor
+// front to back, so when it is larger than L2 the cache holds its tail.  The
+// elementwise pass walks back to front (a warp still reads one contiguous
+// segment), so it starts on the cached tail instead of evicting it with the
+// head: part of the second read of x (and dy) then comes from L2, not DRAM.
 template <typename T, int LAYOUT, int VEC, int SILU>
 __global__ void __launch_bounds__(NUMR_BLOCK)
 gn_fwd_apply(const T* __restrict__ x, T* __restrict__ y, const acc_t<T>* __restrict__ params,
@@ -428,7 +433,8 @@ gn_fwd_apply(const T* __restrict__ x, T* __restrict__ y, const acc_t<T>* __restr
     typedef acc_t<T> A;
     const ChannelOf<LAYOUT> chan((numr_u64)C, (numr_u64)S, VEC);
     const numr_u64 step = (numr_u64)gridDim.x * NUMR_BLOCK;
-    for (numr_u64 v = (numr_u64)blockIdx.x * NUMR_BLOCK + threadIdx.x; v < (numr_u64)total_vec; v += step) {
+    for (numr_u64 i = (numr_u64)blockIdx.x * NUMR_BLOCK + threadIdx.x; i < (numr_u64)total_vec; i += step) {
+        const numr_u64 v = (numr_u64)total_vec - 1 - i;  // back to front, see BACK_TO_FRONT
         const numr_u64 nc0 = chan(v);
         A a[VEC];
         load_vec<T, VEC>(x + v * VEC, a);
@@ -715,7 +721,8 @@ gn_bwd_dx(const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx,
     typedef acc_t<T> A;
     const ChannelOf<LAYOUT> chan((numr_u64)C, (numr_u64)S, VEC);
     const numr_u64 step = (numr_u64)gridDim.x * NUMR_BLOCK;
-    for (numr_u64 v = (numr_u64)blockIdx.x * NUMR_BLOCK + threadIdx.x; v < (numr_u64)total_vec; v += step) {
+    for (numr_u64 i = (numr_u64)blockIdx.x * NUMR_BLOCK + threadIdx.x; i < (numr_u64)total_vec; i += step) {
+        const numr_u64 v = (numr_u64)total_vec - 1 - i;  // back to front, see BACK_TO_FRONT
         const numr_u64 nc0 = chan(v);
         A xa[VEC], ga[VEC];
         load_vec<T, VEC>(x + v * VEC, xa);
