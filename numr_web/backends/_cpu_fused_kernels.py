@@ -365,7 +365,7 @@ def _apply_group(x3, y3, t, c0, mean_hi, mean_lo, rstd, w, b, silu, proto):
 
 
 @njit(fastmath=_RED, cache=True)
-def _bwd_group_sums(dy3, x3, t, c0, mean_hi, zlo, rstd, w, b, silu, ds_nc, db_nc, proto):
+def _bwd_group_sums(dy3, x3, t, c0, mean_hi, zlo, rstd, w, b, silu, refine, ds_nc, db_nc, proto):
     """Per channel j: ds = sum dz*(x - mean_hi), db = sum dz (into ds_nc/db_nc[t, j]);
     returns (sum_j w*db, sum_j w*ds, sum (x - mean_hi)) in float64."""
     Cg = x3.shape[1]
@@ -392,13 +392,18 @@ def _bwd_group_sums(dy3, x3, t, c0, mean_hi, zlo, rstd, w, b, silu, ds_nc, db_nc
                     a1 += dz * xc
                     a2 += dz
                     a3 += xc
-            else:
+            elif refine:
                 for i in range(S):
                     dz = _load(dy3[t, j, i])
                     xc = _load(x3[t, j, i]) - mean_hi
                     a1 += dz * xc
                     a2 += dz
                     a3 += xc
+            else:
+                for i in range(S):
+                    dz = _load(dy3[t, j, i])
+                    a1 += dz * (_load(x3[t, j, i]) - mean_hi)
+                    a2 += dz
             ds = np.float64(a1)
             db = np.float64(a2)
             dsx = np.float64(a3)
@@ -458,8 +463,8 @@ def bwd_nchw_groups(dy3, x3, dx3, mean_in, rstd_in, ulp, w, b, G, silu, refine, 
         mean_hi, mean_lo = _split_mean(np.float64(mean_in[t]), proto)
         zlo = np.float64(mean_lo)  # the pre-activation z uses the given low part
         c0 = (t % G) * Cg
-        sg, sgx, sx = _bwd_group_sums(dy3, x3, t, c0, mean_hi, zlo, rstd, w, b, silu, ds_nc, db_nc,
-                                      proto)
+        sg, sgx, sx = _bwd_group_sums(dy3, x3, t, c0, mean_hi, zlo, rstd, w, b, silu, refine, ds_nc,
+                                      db_nc, proto)
         mlo = zlo
         if refine:
             lo = sx / M
@@ -706,15 +711,33 @@ def _apply_rows(x3, y3, n, r0, r1, mhi, sc, sh, silu):
 
 @njit(fastmath=_RED, cache=True)
 def _rows_bwd_sums(dy3, x3, n, r0, r1, mhi, sc, sh, silu, a1, a2, a3, s1, s2, s3):
+    """Per-channel sum dz*(x - mean_hi), sum dz, sum (x - mean_hi) over rows [r0, r1) of
+    sample n; four rows per update of the accumulator arrays where there is no SiLU."""
     C = x3.shape[2]
-    rpc = max(1, CHUNK // max(C, 1))
-    for q0 in range(r0, r1, rpc):
-        q1 = min(r1, q0 + rpc)
+    for q0 in range(r0, r1, ROWS_PER_FLUSH):
+        q1 = min(r1, q0 + ROWS_PER_FLUSH)
         for c in range(C):
             a1[c] = 0
             a2[c] = 0
             a3[c] = 0
-        for r in range(q0, q1):
+        r = q0
+        if not silu:
+            while r + 4 <= q1:
+                for c in range(C):
+                    m = mhi[n, c]
+                    d0 = _load(dy3[n, r, c])
+                    d1 = _load(dy3[n, r + 1, c])
+                    d2 = _load(dy3[n, r + 2, c])
+                    d3 = _load(dy3[n, r + 3, c])
+                    x0 = _load(x3[n, r, c]) - m
+                    x1 = _load(x3[n, r + 1, c]) - m
+                    x2 = _load(x3[n, r + 2, c]) - m
+                    xq = _load(x3[n, r + 3, c]) - m
+                    a1[c] += (d0 * x0 + d1 * x1) + (d2 * x2 + d3 * xq)
+                    a2[c] += (d0 + d1) + (d2 + d3)
+                    a3[c] += (x0 + x1) + (x2 + xq)
+                r += 4
+        while r < q1:
             if silu:
                 for c in range(C):
                     xc = _load(x3[n, r, c]) - mhi[n, c]
@@ -731,6 +754,7 @@ def _rows_bwd_sums(dy3, x3, n, r0, r1, mhi, sc, sh, silu, a1, a2, a3, s1, s2, s3
                     a1[c] += dz * xc
                     a2[c] += dz
                     a3[c] += xc
+            r += 1
         for c in range(C):
             s1[c] += np.float64(a1[c])
             s2[c] += np.float64(a2[c])

@@ -39,6 +39,8 @@ MIN_GROUP_ITEMS = 8
 TARGET_ITEMS = 16
 #: largest piece, in elements
 PIECE_MAX = 1 << 16
+#: the backward recovers the saved float32 mean's low part when |mean| * rstd exceeds this
+REFINE_ABOVE = 16.0
 
 _kernels = None
 _import_error: str | None = None
@@ -269,7 +271,12 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
     # A float32-saved mean of data offset by 1e5 is off by up to 0.004; its low part is
     # recovered from sum(x - mean_hi), accumulated with the other sums, but only within the
     # saved mean's own rounding, so statistics passed on purpose are used as given.
-    refine = acc == np.float32
+    # Only where it matters (|mean| * rstd > 16, as the NumPy path does): elsewhere the
+    # saved mean's rounding moves xhat by less than 16 * 2**-24 and the extra sum is skipped.
+    refine = False
+    if acc == np.float32:
+        with np.errstate(invalid="ignore", over="ignore"):
+            refine = bool(np.any(np.abs(mean_a) * rstd_a > REFINE_ABOVE))
     ulp = np.spacing(np.abs(mean_a)).astype(np.float64) if refine else np.zeros((N, G))
     dw64 = np.empty(C, np.float64)
     db64 = np.empty(C, np.float64)
