@@ -204,11 +204,25 @@ def plan_backward(N: int, C: int, S: int, G: int, layout: str, itemsize: int, al
 # ---------------------------------------------------------------------------
 # the backend
 # ---------------------------------------------------------------------------
+_DTYPE_NAMES: dict = {}
+
+
 def _dtype_name(dtype) -> str:
-    dtype = np.dtype(dtype)
-    if BFLOAT16 is not None and dtype == BFLOAT16:
-        return "bfloat16"
-    return dtype.name
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        d = np.dtype(dtype)
+        name = "bfloat16" if BFLOAT16 is not None and d == BFLOAT16 else d.name
+        _DTYPE_NAMES[dtype] = name
+    return name
+
+
+@functools.lru_cache(maxsize=1024)
+def _layout_of(shape, strides, itemsize) -> str:
+    return memory_layout(shape, strides, itemsize)
+
+
+def _layout(a) -> str:
+    return _layout_of(a.shape, a.strides, a.itemsize)
 
 
 class CupyBackend(Backend):
@@ -362,7 +376,7 @@ class CupyBackend(Backend):
     def _prepare(self, x):
         """(array, layout, buffer): NCHW or NHWC x and its contiguous buffer."""
         cp = self._cupy
-        layout = memory_layout(x.shape, x.strides, x.itemsize)
+        layout = _layout(x)
         if layout == "other":
             x = cp.ascontiguousarray(x)
             layout = "nchw"
@@ -373,7 +387,7 @@ class CupyBackend(Backend):
     def _like_layout(self, array, layout):
         """``array`` (same logical shape) in ``layout``, copied only when needed."""
         cp = self._cupy
-        if memory_layout(array.shape, array.strides, array.itemsize) == layout:
+        if _layout(array) == layout:
             buf = array.transpose(channels_last_perm(array.ndim)) if layout == "nhwc" else array
             return array, buf
         if layout == "nhwc":
@@ -477,7 +491,8 @@ class CupyBackend(Backend):
             reduce((plan.reduce_blocks,), (BLOCK,), common + (part,))
         else:
             reduce((plan.reduce_blocks,), (BLOCK,), common + (np.int32(plan.lanes_c), part))
-        coeffs = self._function(dtype_name, layout, group_coeffs_kernel(ACC_TYPES[acc.name]))
+        acc_type = "double" if dtype_name == "float64" else "float"
+        coeffs = self._function(dtype_name, layout, group_coeffs_kernel(acc_type))
         coeffs((plan.coeff_blocks,), (BLOCK,),
                (part, mean, rstd, w, b, np.int32(has_w), np.int32(has_b), i64(N), i64(C), i64(S), i64(G),
                 i64(plan.pieces), params, mean_lo))
@@ -488,7 +503,7 @@ class CupyBackend(Backend):
             return dx, None, None
         dw = ws[3 * PS + 5 * NC + NG:3 * PS + 5 * NC + NG + C]
         db = ws[3 * PS + 5 * NC + NG + C:]
-        grads = self._function(dtype_name, layout, channel_grads_kernel(ACC_TYPES[acc.name]))
+        grads = self._function(dtype_name, layout, channel_grads_kernel(acc_type))
         grads((plan.channel_blocks,), (BLOCK,),
               (part, rstd, mean_lo, i64(N), i64(C), i64(G), i64(plan.pieces), dw, db))
         return dx, dw.astype(weight.dtype, copy=False), db.astype(weight.dtype, copy=False)
