@@ -51,6 +51,8 @@ class Context:
         self.max_buffer = int(dev.limits.get("max-buffer-size", 256 << 20))
         self._dummy = None
         self.lock = threading.RLock()
+        # software adapters (lavapipe, SwiftShader) want other work shapes than GPUs
+        self.cpu_adapter = str(dev.info.get("adapter_type", "")).lower() == "cpu"
 
     # -- buffers -------------------------------------------------------------
     def alloc(self, nbytes):

@@ -32,10 +32,32 @@ def plan_pieces(a_count: int, steps: int, wg: int = WG) -> int:
     return best_p
 
 
+@lru_cache(maxsize=1024)
+def plan_pieces_cpu(a_count: int, steps: int, simd: int = 8, max_wg: int = 256):
+    """(pieces, workgroup size) for adapters that run a workgroup's SIMD batches one after another
+    on one CPU core (lavapipe, SwiftShader).
+
+    Measured on lavapipe: long contiguous runs per thread beat more threads, and a
+    batch with idle lanes costs as much as a full one.  So: one item per thread,
+    the item count a multiple of the SIMD width where possible, pieces as long
+    as that allows.  Cost = batches * (steps per piece + setup).
+    """
+    if a_count > max_wg:
+        return 1, max_wg
+    best, best_p = None, 1
+    for p in range(1, max(1, min(steps, max_wg // a_count)) + 1):
+        batches = -(-(a_count * p) // simd)
+        cost = batches * (-(-steps // p) + 4)
+        if best is None or cost < best * 0.97:
+            best, best_p = cost, p
+    wg = min(max_wg, max(simd, -(-(a_count * best_p) // simd) * simd))
+    return best_p, wg
+
+
 class Layout:
     """Shape facts of one call."""
 
-    def __init__(self, x: WebGPUArray, num_groups: int):
+    def __init__(self, x: WebGPUArray, num_groups: int, cpu_adapter: bool = False):
         self.N, self.C = x.shape[:2]
         self.HW = math.prod(x.shape[2:])
         self.G = num_groups
@@ -46,7 +68,10 @@ class Layout:
         self.fused = self.vec == 4
         self.A = self.Cg // 4 if (self.nhwc and self.vec == 4) else self.Cg
         self.steps = self.HW if self.nhwc else self.HW // self.vec
-        self.P = plan_pieces(self.A, self.steps)
+        if cpu_adapter:
+            self.P, self.wg = plan_pieces_cpu(self.A, self.steps)
+        else:
+            self.P, self.wg = plan_pieces(self.A, self.steps), WG
         self.items = self.A * self.P
         self.isz = x.itemsize
 
@@ -94,7 +119,7 @@ class Layout:
         return struct.pack("<8I", self.C, self.HW, self.G, self.Cg, x_base, g_first // self.G, g_first, count)
 
     def constants(self, apply, silu, affine):
-        return {"NHWC": self.nhwc, "VEC": self.vec, "APPLY": apply, "SILU": silu, "AFFINE": affine, "WG": WG}
+        return {"NHWC": self.nhwc, "VEC": self.vec, "APPLY": apply, "SILU": silu, "AFFINE": affine, "WG": self.wg}
 
 
 def _f32_param(v):
@@ -118,7 +143,7 @@ def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation=None):
     ctx = x.ctx
     if memory_layout(x.shape, x.strides, x.itemsize) == "other":
         x = ops.convert(x, x.dtype, c_order=True)
-    L = Layout(x, num_groups)
+    L = Layout(x, num_groups, ctx.cpu_adapter)
     y = ops.empty_like(x)
     mean = ops.empty(ctx, (L.N, L.G), F32)
     rstd = ops.empty(ctx, (L.N, L.G), F32)
@@ -159,7 +184,7 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
     if dy.dtype != x.dtype:
         dy = ops.convert(dy, x.dtype)
     dy = ops.to_order(dy, x.order)
-    L = Layout(x, num_groups)
+    L = Layout(x, num_groups, ctx.cpu_adapter)
     mean = _f32_param(mean)
     rstd = _f32_param(rstd)
     if not mean.is_c_contiguous:

@@ -1,0 +1,74 @@
+"""Forward and backward against every WGSL copy kernel, interleaved in one process.
+
+    python -m numr_web.backends.webgpu.measure [N,C,H,W,G] [--layout nhwc] [--dtype float16] [--rounds 9]
+
+Each round times forward, backward and the three copies one after another
+(queued calls, one wait: device time), so a noisy neighbour slows all alike;
+the ratios are medians of per-round ratios.  Throughput counts the bytes a
+kernel must move: forward reads x and writes y (2 x bytes), backward reads x
+and dy and writes dx (3 x bytes), a copy reads and writes once (2 x bytes).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import numpy as np
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("shape", nargs="?", default="8,320,64,64,32")
+    ap.add_argument("--layout", choices=["nchw", "nhwc"], default="nchw")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--rounds", type=int, default=9)
+    args = ap.parse_args(argv)
+
+    import numr_web
+    from numr_web.backends.webgpu import BACKEND as be
+    from numr_web.backends.webgpu import ops
+    from numr_web.backends.webgpu.array import as_dtype
+
+    *dims, G = (int(v) for v in args.shape.split(","))
+    dt = as_dtype(args.dtype)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(dims).astype(dt)
+    dy = rng.standard_normal(dims).astype(dt)
+    if args.layout == "nhwc":
+        perm = (0,) + tuple(range(2, len(dims))) + (1,)
+        inv = np.argsort(perm)
+        x = np.ascontiguousarray(x.transpose(perm)).transpose(inv)
+        dy = np.ascontiguousarray(dy.transpose(perm)).transpose(inv)
+    w = rng.standard_normal(dims[1]).astype(np.float32)
+    X, DY, W = (numr_web.to_device(a, "webgpu") for a in (x, dy, w))
+    _, mean, rstd = be.group_norm_forward(X, W, W, G, 1e-5)
+    out = ops.empty_like(X)
+    fns = {"forward": lambda: be.group_norm_forward(X, W, W, G, 1e-5),
+           "backward": lambda: be.group_norm_backward(DY, X, mean, rstd, W, W, G)}
+    for v in ops.COPY_VARIANTS:
+        fns[v] = (lambda v=v: ops.device_copy(X, v, out))
+    samples = {k: [] for k in fns}
+    for k, f in fns.items():
+        be.timer(f, 1, 1)
+    for _ in range(args.rounds):
+        for k, f in fns.items():
+            samples[k].append(min(be.timer(f, 1, 0)))
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    nb = x.nbytes
+    info = be.info()
+    print(f"adapter: {info['adapter']} ({info['backend']}, {info['adapter type']}); shape {tuple(dims)} G={G} "
+          f"{dt.name} {args.layout}; {args.rounds} interleaved rounds, medians")
+    for k in fns:
+        moved = 3 * nb if k == "backward" else 2 * nb
+        print(f"  {k:12s} {med[k] * 1e3:8.3f} ms  {moved / med[k] / 1e9:6.2f} GB/s")
+    yard = min(("copy_vec4", "copy_grid"), key=lambda v: med[v])
+    for ref in (yard, "copy_ranges"):
+        f = statistics.median((2 * nb / a) / (2 * nb / c) for a, c in zip(samples["forward"], samples[ref]))
+        b = statistics.median((3 * nb / a) / (2 * nb / c) for a, c in zip(samples["backward"], samples[ref]))
+        tag = "yardstick: faster of one-vec4-per-thread and grid-stride" if ref == yard else \
+            "stricter: contiguous per-thread ranges"
+        print(f"  of {ref} throughput ({tag}): forward {f:.2f}, backward {b:.2f}")
+
+
+if __name__ == "__main__":
+    main()
