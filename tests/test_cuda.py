@@ -1127,11 +1127,23 @@ def test_host_built_kernels_match_the_oracle(host_kernels, case):
     else:
         assert dw is None and db is None
     kinds = [n.split("<")[0] for n, _ in HostLaunch.launches]
-    assert kinds[:2] == ["gn_fwd_stats", "gn_fwd_apply"]
-    assert kinds[2].startswith("gn_bwd_reduce_") and kinds[3:5] == ["gn_bwd_group_coeffs", "gn_bwd_dx"]
+    if plan.fused:
+        assert plan.splits == 1 and kinds[0] == "gn_fwd_fused"
+        kinds = kinds[1:]
+    else:
+        assert kinds[:2] == ["gn_fwd_stats", "gn_fwd_apply"]
+        kinds = kinds[2:]
+    assert HostLaunch.launches[0][1] == plan.stats_blocks
+    assert kinds[0].startswith("gn_bwd_reduce_") and kinds[1:3] == ["gn_bwd_group_coeffs", "gn_bwd_dx"]
     assert ("gn_bwd_channel_grads" in kinds) == affine
-    if plan.splits > 1:
-        assert HostLaunch.launches[0][1] == plan.stats_blocks
+
+
+def test_host_cases_cover_fused_and_split_forwards():
+    plans = [cupy_.plan_forward(c[0][0], c[0][1], int(np.prod(c[0][2:], dtype=np.int64)), c[1],
+                                "nhwc" if c[3] else "nchw", 2 if c[2] == "bf16" else np.dtype(c[2]).itemsize, True, c[6])
+             for c in HOST_CASES]
+    assert any(p.fused and p.stats_vec > 1 for p in plans) and any(p.fused and p.stats_vec == 1 for p in plans)
+    assert any(not p.fused and p.splits > 1 for p in plans) and any(not p.fused and p.splits == 1 for p in plans)
 
 
 def test_host_built_kernels_hard_inputs(host_kernels):
@@ -1144,10 +1156,18 @@ def test_host_built_kernels_hard_inputs(host_kernels):
         dx, dw, _ = be.group_norm_backward(dy, x, mean, rstd, w, b, 2)
         dx_ref, dw_ref, _ = oracle_backward(dy, x, 2, w, b, 1e-5)
         assert rel_err(dx, dx_ref) < 1e-3 and rel_err(dw, dw_ref) < 1e-3
-    # poor sampled shift: spikes at every sampled index of group 0 (the redo path)
+    # spikes at every sampled index of group 0: the shift is poor and the redo path runs
     x = rng.standard_normal((1, 4, 16, 16)).astype(np.float32)
     flat = x.reshape(1, 2, -1)
     flat[0, 0, (np.arange(32) * flat.shape[2]) >> 5] = 1e4
+    y, mean, rstd = be.group_norm_forward(x, None, None, 2, 1e-5)
+    y_ref, _, r_ref = oracle_forward(x, 2)
+    assert rel_err(y, y_ref) < 1e-4 and rel_err(rstd, r_ref) < 1e-4
+    # the same with groups split over several blocks: the combining block redoes it
+    x = rng.standard_normal((1, 8, 32, 64)).astype(np.float32)
+    flat = x.reshape(1, 2, -1)
+    flat[0, 1, (np.arange(32) * flat.shape[2]) >> 5] = -3e3
+    assert cupy_.plan_forward(1, 8, 32 * 64, 2, "nchw", 4, True, 8).splits > 1
     y, mean, rstd = be.group_norm_forward(x, None, None, 2, 1e-5)
     y_ref, _, r_ref = oracle_forward(x, 2)
     assert rel_err(y, y_ref) < 1e-4 and rel_err(rstd, r_ref) < 1e-4

@@ -6,8 +6,7 @@ blocks share one group, how the backward reduction is cut into pieces) is plain
 Python in this module so that tests can check it, and an emulation of the
 kernels' index math, on machines without a GPU.
 
-Forward (3 device calls: a zero fill of the tickets when groups are split,
-the statistics kernel and the apply kernel):
+Forward (2 kernels, or 1 when every group has its own block):
 
 1. ``gn_fwd_stats``: each (n, g) group is cut into ``splits`` chunks, one block
    each; shifted sums s1, s2 in the accumulation dtype; the last block of a
@@ -63,6 +62,10 @@ def stats_kernel(storage: str, layout: str, vec: int) -> str:
     return f"gn_fwd_stats<{storage}, {LAYOUT_CODE[layout]}, {vec}>"
 
 
+def fused_kernel(storage: str, layout: str, vec: int, silu: bool) -> str:
+    return f"gn_fwd_fused<{storage}, {LAYOUT_CODE[layout]}, {vec}, {int(bool(silu))}>"
+
+
 def apply_kernel(storage: str, layout: str, vec: int, silu: bool) -> str:
     return f"gn_fwd_apply<{storage}, {LAYOUT_CODE[layout]}, {vec}, {int(bool(silu))}>"
 
@@ -92,6 +95,7 @@ def name_expressions(dtype_name: str, layout: str) -> list[str]:
     for vec in (full_vec(itemsize), 1):
         names.append(stats_kernel(storage, layout, vec))
         for silu in (False, True):
+            names.append(fused_kernel(storage, layout, vec, silu))
             names.append(apply_kernel(storage, layout, vec, silu))
             names.append(reduce_kernel(storage, layout, vec, silu))
             names.append(dx_kernel(storage, layout, vec, silu))
@@ -122,6 +126,7 @@ class ForwardPlan:
     stats_vec: int
     splits: int  # blocks per (n, g) group in the statistics kernel
     stats_blocks: int
+    fused: bool  # one launch: statistics and apply in the group's own block
     apply_vec: int
     apply_total_vec: int
     apply_blocks: int
@@ -166,7 +171,9 @@ def plan_forward(N: int, C: int, S: int, G: int, layout: str, itemsize: int, ali
     target_blocks = 4 * sm_count
     splits = max(1, min(_cdiv(target_blocks, NG), MV // (4 * BLOCK), 1024))
     total_vec = N * C * S // apply_vec
-    return ForwardPlan(stats_vec, splits, NG * splits, apply_vec, total_vec,
+    # one launch when each group has its own block and its vectors stay inside a channel
+    fused = splits == 1 and stats_vec == apply_vec
+    return ForwardPlan(stats_vec, splits, NG * splits, fused, apply_vec, total_vec,
                        elementwise_blocks(total_vec, sm_count))
 
 
@@ -446,6 +453,12 @@ class CupyBackend(Backend):
             counters = ws
         storage = STORAGE_TYPES[dtype_name]
         i64 = np.int64
+        if plan.fused:
+            fused = self._function(dtype_name, layout, fused_kernel(storage, layout, plan.stats_vec, silu))
+            fused((plan.stats_blocks,), (BLOCK,),
+                  (xbuf, ybuf, w, b, np.int32(has_w), np.int32(has_b), i64(N), i64(C), i64(S), i64(G),
+                   np.float64(eps), mean, rstd, params))
+            return y, mean, rstd
         stats = self._function(dtype_name, layout, stats_kernel(storage, layout, plan.stats_vec))
         stats((plan.stats_blocks,), (BLOCK,),
               (xbuf, w, b, np.int32(has_w), np.int32(has_b), i64(N), i64(C), i64(S), i64(G),

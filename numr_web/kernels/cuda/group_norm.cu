@@ -271,12 +271,14 @@ __device__ __forceinline__ void accumulate_shifted(const T* __restrict__ x, cons
 // in double, centred on the computed mean.  It then writes mean, rstd (N, G) and
 // the per-(n, c) apply parameters params[0..2][nc] = mean_hi, scale, shift
 // with scale = rstd*w_c and shift = b_c - mean_lo*scale.
+// The body is a device function so that gn_fwd_fused can reuse it; it returns
+// true in the block that combined its group (the same value in every thread).
 template <typename T, int LAYOUT, int VEC>
-__global__ void __launch_bounds__(NUMR_BLOCK)
-gn_fwd_stats(const T* __restrict__ x, const acc_t<T>* __restrict__ weight, const acc_t<T>* __restrict__ bias,
-             int has_weight, int has_bias, numr_i64 N, numr_i64 C, numr_i64 S, numr_i64 G, int splits,
-             double eps, acc_t<T>* __restrict__ partials, int* __restrict__ counters,
-             acc_t<T>* __restrict__ mean_out, acc_t<T>* __restrict__ rstd_out, acc_t<T>* __restrict__ params) {
+__device__ __forceinline__ bool fwd_statistics(
+    const T* __restrict__ x, const acc_t<T>* __restrict__ weight, const acc_t<T>* __restrict__ bias,
+    int has_weight, int has_bias, numr_i64 N, numr_i64 C, numr_i64 S, numr_i64 G, int splits, double eps,
+    acc_t<T>* __restrict__ partials, int* __restrict__ counters, acc_t<T>* __restrict__ mean_out,
+    acc_t<T>* __restrict__ rstd_out, acc_t<T>* __restrict__ params) {
     typedef acc_t<T> A;
     __shared__ A sh_K;
     __shared__ int sh_last;
@@ -330,7 +332,7 @@ gn_fwd_stats(const T* __restrict__ x, const acc_t<T>* __restrict__ weight, const
         sh_last = last;
     }
     __syncthreads();
-    if (!sh_last) return;  // uniform over the block
+    if (!sh_last) return false;  // uniform over the block
 
     if (tid == 0) {
         double t1, t2;
@@ -394,6 +396,65 @@ gn_fwd_stats(const T* __restrict__ x, const acc_t<T>* __restrict__ weight, const
         params[2 * NC + nc] = (A)(bb - mean_lo * scale);
     }
     if (splits > 1 && tid == 0) counters[ng] = 0;  // leave the ticket clean
+    return true;
+}
+
+template <typename T, int LAYOUT, int VEC>
+__global__ void __launch_bounds__(NUMR_BLOCK)
+gn_fwd_stats(const T* __restrict__ x, const acc_t<T>* __restrict__ weight, const acc_t<T>* __restrict__ bias,
+             int has_weight, int has_bias, numr_i64 N, numr_i64 C, numr_i64 S, numr_i64 G, int splits,
+             double eps, acc_t<T>* __restrict__ partials, int* __restrict__ counters,
+             acc_t<T>* __restrict__ mean_out, acc_t<T>* __restrict__ rstd_out, acc_t<T>* __restrict__ params) {
+    fwd_statistics<T, LAYOUT, VEC>(x, weight, bias, has_weight, has_bias, N, C, S, G, splits, eps, partials,
+                                   counters, mean_out, rstd_out, params);
+}
+
+// ---------------------------------------------------------------------------
+// forward in one launch, for shapes where every group has a single block
+// (many groups): the statistics as above, then the same block applies
+// y = (x - mean_hi) * scale + shift [silu] to its group while it is still in
+// L1/L2.  The host uses it only when the group's vector width also keeps
+// each vector inside one channel (NCHW: S % VEC == 0; NHWC: Cg % VEC == 0).
+// ---------------------------------------------------------------------------
+template <typename T, int LAYOUT, int VEC, int SILU>
+__global__ void __launch_bounds__(NUMR_BLOCK)
+gn_fwd_fused(const T* __restrict__ x, T* __restrict__ y, const acc_t<T>* __restrict__ weight,
+             const acc_t<T>* __restrict__ bias, int has_weight, int has_bias, numr_i64 N, numr_i64 C, numr_i64 S,
+             numr_i64 G, double eps, acc_t<T>* __restrict__ mean_out, acc_t<T>* __restrict__ rstd_out,
+             acc_t<T>* __restrict__ params) {
+    typedef acc_t<T> A;
+    fwd_statistics<T, LAYOUT, VEC>(x, weight, bias, has_weight, has_bias, N, C, S, G, 1, eps, params, nullptr,
+                                   mean_out, rstd_out, params);
+    __syncthreads();  // this block's params (global memory) are visible to all its threads
+    const numr_u64 ng = blockIdx.x;
+    const numr_u64 n = ng / (numr_u64)G;
+    const numr_u64 g = ng - n * (numr_u64)G;
+    const numr_u64 Cg = (numr_u64)(C / G);
+    const numr_u64 MV = Cg * (numr_u64)S / VEC;
+    const numr_u64 NC = (numr_u64)N * (numr_u64)C;
+    const numr_u64 nc_base = n * (numr_u64)C + g * Cg;
+    const GroupAddr<LAYOUT> ga(n, g, (numr_u64)C, (numr_u64)S, Cg, VEC);
+    const FastDiv per_channel(LAYOUT == 0 ? (numr_u64)S / VEC : Cg / VEC);  // vectors per channel row / pixel row
+    for (numr_u64 tv = threadIdx.x; tv < MV; tv += NUMR_BLOCK) {
+        numr_u64 cc0;  // channel (within the group) of the vector's first element
+        if (LAYOUT == 0) {
+            cc0 = per_channel.div(tv);
+        } else {
+            const numr_u64 s = per_channel.div(tv);
+            cc0 = (tv - s * per_channel.d) * VEC;
+        }
+        const numr_u64 off = ga.vec_offset(tv);
+        A a[VEC];
+        load_vec<T, VEC>(x + off, a);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+            const numr_u64 nc = nc_base + (LAYOUT == 0 ? cc0 : cc0 + k);
+            A z = (a[k] - params[nc]) * params[NC + nc] + params[2 * NC + nc];
+            if constexpr (SILU != 0) z = silu(z);
+            a[k] = z;
+        }
+        store_vec<T, VEC>(y + off, a);
+    }
 }
 
 // ---------------------------------------------------------------------------
