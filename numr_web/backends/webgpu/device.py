@@ -50,6 +50,7 @@ class Context:
         self.max_binding = int(dev.limits.get("max-storage-buffer-binding-size", 128 << 20))
         self.max_buffer = int(dev.limits.get("max-buffer-size", 256 << 20))
         self._dummy = None
+        self._dummy_rw = None
         self.lock = threading.RLock()
         # software adapters (lavapipe, SwiftShader) want other work shapes than GPUs
         self.cpu_adapter = str(dev.info.get("adapter_type", "")).lower() == "cpu"
@@ -88,6 +89,14 @@ class Context:
                     self.transport.destroy_buffer(b)
             self.pool.clear()
             self.pool_bytes = 0
+
+    @property
+    def dummy_rw(self):
+        """A second placeholder, for unused read_write bindings (one buffer cannot be bound
+        read-only and writable in one dispatch)."""
+        if self._dummy_rw is None:
+            self._dummy_rw = self.transport.create_buffer(self.dev, 256)
+        return self._dummy_rw
 
     @property
     def dummy(self):

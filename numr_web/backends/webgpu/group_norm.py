@@ -122,6 +122,45 @@ class Layout:
         return {"NHWC": self.nhwc, "VEC": self.vec, "APPLY": apply, "SILU": silu, "AFFINE": affine, "WG": self.wg}
 
 
+MAXGB = 64   # workgroup array size in group_norm_nhwc.wgsl
+
+
+class BlockLayout:
+    """Channels-last with C % 4 == 0: workgroups over blocks of GB groups (whole channel quads)."""
+
+    def __init__(self, L: Layout, cpu_adapter: bool):
+        gb = 4 // math.gcd(L.Cg, 4)
+        if cpu_adapter:
+            # wide enough rows (>= 128 bytes) that a block's reads use whole cache lines
+            while gb * L.Cg * L.isz < 128 and L.G % (gb * 2) == 0 and gb * 2 <= MAXGB:
+                gb *= 2
+        self.GB = gb
+        self.A = gb * L.Cg // 4
+        if cpu_adapter:
+            self.P, self.wg = plan_pieces_cpu(self.A, L.HW)
+        else:
+            self.P, self.wg = plan_pieces(self.A, L.HW), WG
+        self.items = self.A * self.P
+        self.L = L
+
+    def params(self, x_base, g_first, ngroups, eps=0.0):
+        L = self.L
+        return struct.pack("<12I2f2I", L.C, L.HW, L.G, L.Cg, self.A, self.P, self.items, self.GB,
+                           x_base, g_first // L.G, ngroups // self.GB, L.M, float(eps),
+                           1.0 / L.M if L.M else 0.0, 0, 0)
+
+    def constants(self, silu, affine):
+        return {"SILU": silu, "AFFINE": affine, "WG": self.wg, "MAXGB": MAXGB}
+
+
+def _block_path(L: Layout) -> bool:
+    return L.nhwc and L.C % 4 == 0
+
+
+def dt2(key):
+    return {"X": key, "DY": key, "Y": key}
+
+
 def _f32_param(v):
     if v is None:
         return None
@@ -163,6 +202,18 @@ def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation=None):
     key = ctx.dtype_key(x.dtype.name)
     dt = {"X": key, "Y": key}
     wb = [_whole(ctx, w) if affine else _whole(ctx, ctx.dummy), _whole(ctx, b) if affine else _whole(ctx, ctx.dummy)]
+    if _block_path(L):
+        K = BlockLayout(L, ctx.cpu_adapter)
+        part_per_group = K.items * 32 // K.GB
+        for g_first, ngroups, off, size, x_base, count in L.chunks(ctx.max_binding, part_per_group):
+            xb = (x.buffer, off, size)
+            part = Scratch(ctx, ngroups * part_per_group)
+            ctx.launch("group_norm_nhwc.wgsl", "forward", {"X": key, "DY": key, "Y": key},
+                       K.constants(silu, affine),
+                       [xb, xb, (y.buffer, off, size), *wb, _whole(ctx, mean), _whole(ctx, rstd),
+                        _whole(ctx, part), _whole(ctx, ctx.dummy_rw), _whole(ctx, ctx.dummy_rw)],
+                       ngroups // K.GB, K.params(x_base, g_first, ngroups, eps))
+        return y, mean, rstd
     for g_first, ngroups, off, size, x_base, count in L.chunks(ctx.max_binding):
         xb = (x.buffer, off, size)
         yb = (y.buffer, off, size)
@@ -212,8 +263,19 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
         dt = {"X": key, "DY": key, "DX": key}
         wb = [_whole(ctx, w_eff) if use_w else _whole(ctx, ctx.dummy),
               _whole(ctx, b) if use_w else _whole(ctx, ctx.dummy)]
+        if _block_path(L):
+            K = BlockLayout(L, ctx.cpu_adapter)
+            part_per_group = K.items * 48 // K.GB
+            for g_first, ngroups, off, size, x_base, count in L.chunks(ctx.max_binding, part_per_group):
+                part = Scratch(ctx, ngroups * part_per_group)
+                ctx.launch("group_norm_nhwc.wgsl", "backward", dt2(key), K.constants(silu, use_w),
+                           [(x.buffer, off, size), (dy.buffer, off, size), (dx.buffer, off, size), *wb,
+                            _whole(ctx, mean), _whole(ctx, rstd), _whole(ctx, part), _whole(ctx, dsdb),
+                            _whole(ctx, coef)],
+                           ngroups // K.GB, K.params(x_base, g_first, ngroups))
         part_per_group = L.items * 32
-        for g_first, ngroups, off, size, x_base, count in L.chunks(ctx.max_binding, part_per_group):
+        for g_first, ngroups, off, size, x_base, count in ([] if _block_path(L) else
+                                                          L.chunks(ctx.max_binding, part_per_group)):
             xb, dyb, dxb = (x.buffer, off, size), (dy.buffer, off, size), (dx.buffer, off, size)
             part = Scratch(ctx, ngroups * part_per_group)
             ctx.launch("group_norm_backward.wgsl", "main", dt, L.constants(L.fused, silu, use_w),

@@ -32,10 +32,20 @@ fn partial_sums(gl: u32, n: u32, g: u32, lid: u32, k: f32, sc: f32) -> vec2<f32>
   var s2 = vec4<f32>(0.0);
   for (var it = lid; it < p.items; it += WG) {
     let I = item_of(it, gl, n, g);
-    for (var t = I.t0; t < I.t1; t++) {
-      let d = (load_x(I.base + t * I.tstride) - k) * (LMASK * sc);
-      s1 += d;
-      s2 += d * d;
+    // two-level sums (blocks of 32 steps) keep float32 rounding low on long items
+    var t = I.t0;
+    loop {
+      if (t >= I.t1) { break; }
+      let tend = min(t + 32u, I.t1);
+      var b1 = vec4<f32>(0.0);
+      var b2 = vec4<f32>(0.0);
+      for (; t < tend; t++) {
+        let d = (load_x(I.base + t * I.tstride) - k) * (LMASK * sc);
+        b1 += d;
+        b2 += d * d;
+      }
+      s1 += b1;
+      s2 += b2;
     }
   }
   return vec2<f32>(dot(s1, vec4<f32>(1.0)), dot(s2, vec4<f32>(1.0)));

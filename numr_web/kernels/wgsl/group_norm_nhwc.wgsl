@@ -1,0 +1,316 @@
+// GroupNorm on channels-last memory ((N, *spatial, C) contiguous, C % 4 == 0),
+// forward (entry `forward`) and backward (entry `backward`).
+//
+// One workgroup handles a block of GB adjacent groups of one sample (GB * C/G
+// a multiple of 4, so the block's channels are whole vec4 quads).  An item is
+// one channel quad over a contiguous piece of spatial positions; a thread walks
+// its item's positions (stride C), so the quads of a workgroup's threads cover
+// the block's bytes of every row.  The four lanes of a vec4 are four channels,
+// possibly of different groups: per-channel partials go through global memory
+// (PART) and thread 0 folds them into per-group results, in a fixed order.
+//
+// Numerics as in group_norm_forward.wgsl / group_norm_backward.wgsl: shifted
+// sums with the group's first element as shift, a recentred (and, on float32
+// overflow, rescaled) second pass when needed, compensated apply; closed-form
+// backward with the saved mean's lost low part restored.
+// Constants: SILU, AFFINE, WG, MAXGB (workgroup array size, >= GB).
+struct Params {
+  C: u32, HW: u32, G: u32, Cg: u32,
+  A: u32,        // channel quads in a block
+  P: u32,        // pieces of the spatial range
+  items: u32,    // A * P
+  GB: u32,       // groups per block
+  x_base: u32,   // element offset of the chunk inside the binding (a multiple of 4)
+  n_first: u32,  // first sample of the chunk
+  nblocks: u32,  // blocks in this chunk
+  M: u32,
+  eps: f32,
+  inv_m: f32,
+  _pad0: u32,
+  _pad1: u32,
+}
+
+@group(0) @binding(0) var<storage, read> X: array<ST_X>;
+@group(0) @binding(1) var<storage, read> DY: array<ST_DY>;
+@group(0) @binding(2) var<storage, read_write> Y: array<ST_Y>;      // y (forward) or dx (backward)
+@group(0) @binding(3) var<storage, read> W: array<f32>;
+@group(0) @binding(4) var<storage, read> B: array<f32>;
+@group(0) @binding(5) var<storage, read_write> MEAN: array<f32>;
+@group(0) @binding(6) var<storage, read_write> RSTD: array<f32>;
+@group(0) @binding(7) var<storage, read_write> PART: array<vec4<f32>>;
+@group(0) @binding(8) var<storage, read_write> DSDB: array<vec2<f32>>;   // backward: (ds, db) per (n, c)
+@group(0) @binding(9) var<storage, read_write> COEF: array<vec4<f32>>;   // backward: (c0, c1, mean_lo, 0) per (n, g)
+@group(0) @binding(10) var<storage, read> p: Params;
+
+// per group of the block: forward (K, S1/M, var, redo), backward (c0, c1, mean, rstd)
+var<workgroup> wg_grp: array<vec4<f32>, MAXGB>;
+var<workgroup> wg_scale: array<f32, MAXGB>;
+var<workgroup> wg_flag: f32;
+
+struct Blk { n: u32, g0: u32, c0: u32, base: u32 }
+
+fn block_of(bl: u32) -> Blk {
+  var b: Blk;
+  let per = p.G / p.GB;
+  let nl = bl / per;
+  b.n = p.n_first + nl;
+  b.g0 = (bl % per) * p.GB;
+  b.c0 = b.g0 * p.Cg;
+  b.base = p.x_base + nl * p.HW * p.C;
+  return b;
+}
+
+// item -> (quad a, first position, end position)
+fn item_range(it: u32) -> vec3<u32> {
+  let pc = it / p.A;
+  let a = it % p.A;
+  let q = p.HW / p.P;
+  let r = p.HW % p.P;
+  let t0 = pc * q + min(pc, r);
+  return vec3<u32>(a, t0, t0 + q + select(0u, 1u, pc < r));
+}
+
+fn lane_groups(a: u32) -> vec4<u32> {   // group index inside the block of each lane's channel
+  let lc = 4u * a;
+  return vec4<u32>(lc / p.Cg, (lc + 1u) / p.Cg, (lc + 2u) / p.Cg, (lc + 3u) / p.Cg);
+}
+
+fn x_at(e: u32) -> f32 { return ld_X(e >> 2u)[e & 3u]; }
+
+fn wv(c: u32) -> vec4<f32> {
+  if (!AFFINE) { return vec4<f32>(1.0); }
+  return vec4<f32>(W[c], W[c + 1u], W[c + 2u], W[c + 3u]);
+}
+fn bv(c: u32) -> vec4<f32> {
+  if (!AFFINE) { return vec4<f32>(0.0); }
+  return vec4<f32>(B[c], B[c + 1u], B[c + 2u], B[c + 3u]);
+}
+
+fn not_finite(v: f32) -> bool { return (bitcast<u32>(v) & 0x7f800000u) == 0x7f800000u; }
+
+// Per-item shifted sums into PART (2 vec4 per item: s1, s2, one lane per channel).
+fn stat_pass(bl_local: u32, blk: Blk, lid: u32) {
+  for (var it = lid; it < p.items; it += WG) {
+    let r = item_range(it);
+    let lg = lane_groups(r.x);
+    let k = vec4<f32>(wg_grp[lg.x].x, wg_grp[lg.y].x, wg_grp[lg.z].x, wg_grp[lg.w].x);
+    let sc = vec4<f32>(wg_scale[lg.x], wg_scale[lg.y], wg_scale[lg.z], wg_scale[lg.w]);
+    let u0 = blk.base + blk.c0 + 4u * r.x;
+    var s1 = vec4<f32>(0.0);
+    var s2 = vec4<f32>(0.0);
+    // two-level sums (blocks of 32 positions) keep float32 rounding low on long pieces
+    var t = r.y;
+    loop {
+      if (t >= r.z) { break; }
+      let tend = min(t + 32u, r.z);
+      var b1 = vec4<f32>(0.0);
+      var b2 = vec4<f32>(0.0);
+      for (; t < tend; t++) {
+        let d = (ld_X((u0 + t * p.C) >> 2u) - k) * sc;
+        b1 += d;
+        b2 += d * d;
+      }
+      s1 += b1;
+      s2 += b2;
+    }
+    let slot = (bl_local * p.items + it) * 2u;
+    PART[slot] = s1;
+    PART[slot + 1u] = s2;
+  }
+}
+
+// Thread 0: per group of the block, total the channel partials of every piece.
+fn fold_stats(bl_local: u32, allow_redo: bool) {
+  var any = 0.0;
+  for (var j = 0u; j < p.GB; j++) {
+    var s1 = 0.0;
+    var s2 = 0.0;
+    for (var ch = j * p.Cg; ch < (j + 1u) * p.Cg; ch++) {
+      for (var pc = 0u; pc < p.P; pc++) {
+        let slot = (bl_local * p.items + pc * p.A + ch / 4u) * 2u;
+        s1 += PART[slot][ch & 3u];
+        s2 += PART[slot + 1u][ch & 3u];
+      }
+    }
+    let sc = wg_scale[j];
+    let d = s1 * p.inv_m;
+    let v = max(s2 * p.inv_m - d * d, 0.0);
+    let overflow = not_finite(s2) && !not_finite(s1);
+    let redo = allow_redo && (d * d > 8.0 * v || overflow);
+    let k = wg_grp[j].x;
+    if (redo) {
+      // next pass: centred on this mean, scaled by 2^-64 if the squares overflowed
+      wg_grp[j] = vec4<f32>(k + d / sc, 0.0, 0.0, 1.0);
+      wg_scale[j] = select(1.0, 5.421010862427522e-20, overflow);
+      any = 1.0;
+    } else {
+      wg_grp[j] = vec4<f32>(k, d / sc, v, 0.0);
+    }
+  }
+  wg_flag = any;
+}
+
+@compute @workgroup_size(WG)
+fn forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+  let bl = wid.y * nwg.x + wid.x;
+  if (bl >= p.nblocks) { return; }
+  let blk = block_of(bl);
+  for (var j = lid; j < p.GB; j += WG) {
+    wg_grp[j] = vec4<f32>(x_at(blk.base + (blk.g0 + j) * p.Cg), 0.0, 0.0, 0.0);
+    wg_scale[j] = 1.0;
+  }
+  workgroupBarrier();
+  stat_pass(bl, blk, lid);
+  storageBarrier();
+  if (lid == 0u) { fold_stats(bl, true); }
+  if (workgroupUniformLoad(&wg_flag) != 0.0) {
+    // Flagged groups carry their new shift (and scale); the others keep theirs and
+    // so reproduce their first-pass sums exactly.
+    stat_pass(bl, blk, lid);
+    storageBarrier();
+    if (lid == 0u) { fold_stats(bl, false); }
+    workgroupBarrier();
+  }
+  if (lid == 0u) {
+    for (var j = 0u; j < p.GB; j++) {
+      let st = wg_grp[j];
+      let sc = wg_scale[j];
+      let rstd = sc / sqrt(st.z + p.eps * sc * sc);
+      let gg = blk.n * p.G + blk.g0 + j;
+      MEAN[gg] = st.x + st.y;
+      RSTD[gg] = rstd;
+      wg_grp[j] = vec4<f32>(st.x, st.y, rstd, 0.0);
+    }
+  }
+  workgroupBarrier();
+  for (var it = lid; it < p.items; it += WG) {
+    let r = item_range(it);
+    let lg = lane_groups(r.x);
+    let s0 = wg_grp[lg.x];
+    let s1 = wg_grp[lg.y];
+    let s2 = wg_grp[lg.z];
+    let s3 = wg_grp[lg.w];
+    let hi = vec4<f32>(s0.x, s1.x, s2.x, s3.x);
+    let lo = vec4<f32>(s0.y, s1.y, s2.y, s3.y);
+    let c = blk.c0 + 4u * r.x;
+    let scale = wv(c) * vec4<f32>(s0.z, s1.z, s2.z, s3.z);
+    let shift = bv(c) - lo * scale;
+    let u0 = blk.base + c;
+    for (var t = r.y; t < r.z; t++) {
+      let u = (u0 + t * p.C) >> 2u;
+      var y = (ld_X(u) - hi) * scale + shift;
+      if (SILU) { y = y / (1.0 + exp(-y)); }
+      st_Y(u, y);
+    }
+  }
+}
+
+@compute @workgroup_size(WG)
+fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+  let bl = wid.y * nwg.x + wid.x;
+  if (bl >= p.nblocks) { return; }
+  let blk = block_of(bl);
+  for (var j = lid; j < p.GB; j += WG) {
+    let gg = blk.n * p.G + blk.g0 + j;
+    wg_grp[j] = vec4<f32>(0.0, 0.0, MEAN[gg], RSTD[gg]);
+  }
+  workgroupBarrier();
+  for (var it = lid; it < p.items; it += WG) {
+    let r = item_range(it);
+    let lg = lane_groups(r.x);
+    let g0 = wg_grp[lg.x];
+    let g1 = wg_grp[lg.y];
+    let g2 = wg_grp[lg.z];
+    let g3 = wg_grp[lg.w];
+    let mean = vec4<f32>(g0.z, g1.z, g2.z, g3.z);
+    let c = blk.c0 + 4u * r.x;
+    let scale = wv(c) * vec4<f32>(g0.w, g1.w, g2.w, g3.w);
+    let shift = bv(c);
+    let u0 = blk.base + c;
+    var ds = vec4<f32>(0.0);
+    var db = vec4<f32>(0.0);
+    var res = vec4<f32>(0.0);
+    for (var t = r.y; t < r.z; t++) {
+      let u = (u0 + t * p.C) >> 2u;
+      let xc = ld_X(u) - mean;
+      var dz = ld_DY(u);
+      if (SILU) {
+        let z = xc * scale + shift;
+        let s = 1.0 / (1.0 + exp(-z));
+        dz = dz * s * (1.0 + z * (1.0 - s));
+      }
+      ds += dz * xc;
+      db += dz;
+      res += xc;
+    }
+    let slot = (bl * p.items + it) * 3u;
+    PART[slot] = ds;
+    PART[slot + 1u] = db;
+    PART[slot + 2u] = res;
+  }
+  storageBarrier();
+  if (lid == 0u) {
+    for (var j = 0u; j < p.GB; j++) {
+      var sg = 0.0;
+      var sgx = 0.0;
+      var resid = 0.0;
+      for (var ch = j * p.Cg; ch < (j + 1u) * p.Cg; ch++) {
+        var ds = 0.0;
+        var db = 0.0;
+        for (var pc = 0u; pc < p.P; pc++) {
+          let slot = (bl * p.items + pc * p.A + ch / 4u) * 3u;
+          ds += PART[slot][ch & 3u];
+          db += PART[slot + 1u][ch & 3u];
+          resid += PART[slot + 2u][ch & 3u];
+        }
+        let c = blk.c0 + ch;
+        DSDB[blk.n * p.C + c] = vec2<f32>(ds, db);
+        var w = 1.0;
+        if (AFFINE) { w = W[c]; }
+        sgx += w * ds;
+        sg += w * db;
+      }
+      let st = wg_grp[j];
+      let mean = st.z;
+      let rstd = st.w;
+      let am = abs(mean);
+      let ulp = bitcast<f32>(bitcast<u32>(am) + 1u) - am;
+      var lo = resid * p.inv_m;
+      if (!(abs(lo) <= ulp)) { lo = 0.0; }
+      let bq = rstd * (sgx - lo * sg) * p.inv_m;
+      let c1 = -rstd * rstd * bq;
+      let c0 = rstd * rstd * bq * lo - rstd * sg * p.inv_m;
+      COEF[blk.n * p.G + blk.g0 + j] = vec4<f32>(c0, c1, lo, 0.0);
+      wg_grp[j] = vec4<f32>(c0, c1, mean, rstd);
+    }
+  }
+  workgroupBarrier();
+  for (var it = lid; it < p.items; it += WG) {
+    let r = item_range(it);
+    let lg = lane_groups(r.x);
+    let g0 = wg_grp[lg.x];
+    let g1 = wg_grp[lg.y];
+    let g2 = wg_grp[lg.z];
+    let g3 = wg_grp[lg.w];
+    let c0 = vec4<f32>(g0.x, g1.x, g2.x, g3.x);
+    let c1 = vec4<f32>(g0.y, g1.y, g2.y, g3.y);
+    let mean = vec4<f32>(g0.z, g1.z, g2.z, g3.z);
+    let c = blk.c0 + 4u * r.x;
+    let scale = wv(c) * vec4<f32>(g0.w, g1.w, g2.w, g3.w);
+    let shift = bv(c);
+    let u0 = blk.base + c;
+    for (var t = r.y; t < r.z; t++) {
+      let u = (u0 + t * p.C) >> 2u;
+      let xc = ld_X(u) - mean;
+      var dz = ld_DY(u);
+      if (SILU) {
+        let z = xc * scale + shift;
+        let s = 1.0 / (1.0 + exp(-z));
+        dz = dz * s * (1.0 + z * (1.0 - s));
+      }
+      st_Y(u, scale * dz + c1 * xc + c0);
+    }
+  }
+}
