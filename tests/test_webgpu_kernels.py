@@ -207,3 +207,18 @@ def test_results_are_deterministic(wg, rng):
         dx, dw, db = wg.group_norm_backward(dy, x, m, r, w, w, 8)
         runs.append([wg.to_numpy(a).tobytes() for a in (y, m, r, dx, dw, db)])
     assert runs[0] == runs[1] == runs[2]
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_long_groups_stay_within_the_software_loop_limit(wg, rng, layout):
+    # lavapipe ends an invocation after 65535 loop iterations in all: one group of 2M
+    # elements must be cut into enough pieces that no thread gets near that.
+    r = _run(wg, rng, (1, 4, 512, 1024), 1, layout, np.float32)
+    _check(r, 1, np.float32, tol_scale=5)
+
+
+def test_long_sums_stay_within_the_software_loop_limit(wg, rng):
+    a = rng.standard_normal((2, 3_000_000)).astype(np.float32)
+    d = wg.from_numpy(a)
+    assert rel_err(wg.to_numpy(d.sum()), a.astype(np.float64).sum()) < 1e-6
+    assert rel_err(wg.to_numpy(d.sum(axis=1)), a.astype(np.float64).sum(axis=1)) < 1e-6

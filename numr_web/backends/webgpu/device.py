@@ -46,6 +46,7 @@ class Context:
         self.pool = {}            # size -> [buffers]
         self.pool_bytes = 0
         self.live_bytes = 0
+        self.created = 0          # buffers ever created on this device (tests: memory stays flat)
         self.use_shader_f16 = "shader-f16" in dev.features
         self.max_binding = int(dev.limits.get("max-storage-buffer-binding-size", 128 << 20))
         self.max_buffer = int(dev.limits.get("max-buffer-size", 256 << 20))
@@ -67,6 +68,7 @@ class Context:
                 self.live_bytes += size
                 return free.pop(), size
         buf = self.transport.create_buffer(self.dev, size)
+        self.created += 1
         self.live_bytes += size
         return buf, size
 

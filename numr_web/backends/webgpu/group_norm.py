@@ -32,6 +32,13 @@ def plan_pieces(a_count: int, steps: int, wg: int = WG) -> int:
     return best_p
 
 
+#: lavapipe (llvmpipe's gallivm) ends a shader invocation's loops after 65535
+#: back-edges in all (a watchdog against endless loops): an invocation of the
+#: GroupNorm kernels runs each of its steps 2 to 3 times (statistics, apply;
+#: backward: two sweeps), so one thread takes at most this many steps.
+STEP_CAP = 12000
+
+
 @lru_cache(maxsize=1024)
 def plan_pieces_cpu(a_count: int, steps: int, simd: int = 8, max_wg: int = 256):
     """(pieces, workgroup size) for adapters that run a workgroup's SIMD batches one after another
@@ -40,16 +47,25 @@ def plan_pieces_cpu(a_count: int, steps: int, simd: int = 8, max_wg: int = 256):
     Measured on lavapipe: long contiguous runs per thread beat more threads, and a
     batch with idle lanes costs as much as a full one.  So: one item per thread,
     the item count a multiple of the SIMD width where possible, pieces as long
-    as that allows.  Cost = batches * (steps per piece + setup).
+    as that allows (and short enough for lavapipe's loop limit).
+    Cost = batches * (steps per piece + setup).
     """
-    if a_count > max_wg:
-        return 1, max_wg
-    best, best_p = None, 1
-    for p in range(1, max(1, min(steps, max_wg // a_count)) + 1):
-        batches = -(-(a_count * p) // simd)
-        cost = batches * (-(-steps // p) + 4)
+    best, best_p = None, None
+    hi = max(1, min(steps, max(max_wg // a_count, -(-steps // STEP_CAP) * 4, 1)))
+    for p in range(1, hi + 1):
+        items = a_count * p
+        wg = min(max_wg, max(simd, -(-items // simd) * simd))
+        per_thread = -(-items // wg) * -(-steps // p)
+        if per_thread > STEP_CAP:
+            continue
+        cost = -(-items // simd) * (-(-steps // p) + 4)
         if best is None or cost < best * 0.97:
             best, best_p = cost, p
+    if best_p is None:
+        raise ValueError(
+            f"x: a group of {a_count} x {steps} steps is more than one workgroup may loop over on this "
+            f"software adapter (lavapipe stops an invocation after 65535 loop iterations); "
+            f"use more groups, a smaller input, or the cpu device")
     wg = min(max_wg, max(simd, -(-(a_count * best_p) // simd) * simd))
     return best_p, wg
 

@@ -239,16 +239,23 @@ def reduce_sum(a: WebGPUArray, axis, keepdims, mean) -> WebGPUArray:
     if O == 0:
         return y
     scale = (1.0 / R if R else float("nan")) if mean else 1.0
-    S = 1
-    if R > 2048:
-        S = max(1, min(-(-R // 1024), 16384 // max(O, 1)))
-    if S == 1:
-        _reduce(ctx, a, y, O, 1, R, kshape, kstr, rshape, rstr, scale)
-        return y
-    part = empty(ctx, (O * S,), np.float32)
-    _reduce(ctx, a, part, O, S, R, kshape, kstr, rshape, rstr, 1.0)
-    _reduce(ctx, part, y, O, 1, S, [O], [S], [S], [1], scale)
-    return y
+    # Each output's range is split into S shares summed by separate threads, then the
+    # shares are summed again: short sequential sums (accuracy, parallelism) and a
+    # per-thread loop count that stays under lavapipe's limit of 65535 iterations.
+    src, kshape_, kstr_, rshape_, rstr_, R_ = a, kshape, kstr, rshape, rstr, R
+    while True:
+        share = max(64, _REDUCE_STEPS // (4 * (1 + len(rshape_))))
+        S = -(-R_ // share) if R_ > share else 1
+        if S == 1:
+            _reduce(ctx, src, y, O, 1, R_, kshape_, kstr_, rshape_, rstr_, scale)
+            return y
+        part = empty(ctx, (O * S,), np.float32)
+        _reduce(ctx, src, part, O, S, R_, kshape_, kstr_, rshape_, rstr_, 1.0)
+        src, kshape_, kstr_, rshape_, rstr_, R_ = part, [O], [S], [S], [1], S
+
+
+#: loop iterations one reduce thread may take (lavapipe ends an invocation after 65535)
+_REDUCE_STEPS = 16384
 
 
 def _reduce(ctx, a, y, O, S, R, kshape, kstr, rshape, rstr, scale):
