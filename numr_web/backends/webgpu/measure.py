@@ -22,7 +22,13 @@ def main(argv=None):
     ap.add_argument("--layout", choices=["nchw", "nhwc"], default="nchw")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--no-shader-f16", action="store_true",
+                    help="store float16 as u32 pairs (pack2x16float) even where shader-f16 exists")
     args = ap.parse_args(argv)
+    if args.no_shader_f16:
+        from numr_web.backends.webgpu import configure
+
+        configure(want_f16=False)
 
     import numr_web
     from numr_web.backends.webgpu import BACKEND as be
@@ -57,7 +63,8 @@ def main(argv=None):
     nb = x.nbytes
     info = be.info()
     print(f"adapter: {info['adapter']} ({info['backend']}, {info['adapter type']}); shape {tuple(dims)} G={G} "
-          f"{dt.name} {args.layout}; {args.rounds} interleaved rounds, medians")
+          f"{dt.name} {args.layout}; float16 storage: {info['float16 storage']}; "
+          f"{args.rounds} interleaved rounds, medians")
     for k in fns:
         moved = 3 * nb if k == "backward" else 2 * nb
         print(f"  {k:12s} {med[k] * 1e3:8.3f} ms  {moved / med[k] / 1e9:6.2f} GB/s")
