@@ -24,6 +24,8 @@ Determinism: every reduction is split into pieces fixed by the shape alone
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
@@ -450,12 +452,28 @@ def fwd_nchw_groups(x3, y3, w, b, G, eps, silu, mean_out, rstd_out, proto):
         _apply_group(x3, y3, t, (t % G) * Cg, mean_hi, np.float64(mean_lo), rstd, w, b, silu, proto)
 
 
+@njit(cache=True)
+def _float32_ulp(v):
+    """Spacing of float32 numbers at |v| (v a normal float32 value)."""
+    f, e = math.frexp(abs(v))
+    return math.ldexp(1.0, e - 24)
+
+
+@njit(cache=True)
+def _refine_low_part(mean_hi, rstd, sx, M):
+    """The float32-saved mean's low part from sum(x - mean_hi), when it lies within the saved
+    mean's own rounding; else 0 (statistics passed on purpose are used as given)."""
+    lo = sx / M
+    return lo if abs(lo) <= _float32_ulp(np.float64(mean_hi)) else 0.0
+
+
 @njit(parallel=True, cache=True)
-def bwd_nchw_groups(dy3, x3, dx3, mean_in, rstd_in, ulp, w, b, G, silu, refine, ds_nc, db_nc,
-                    mlo_out, proto):
-    """ds_nc/db_nc: (N*G, Cg) float64 per (n, c) sums (for dweight/dbias); mlo_out: (N*G,) the
-    low part of the mean used.  With ``refine``, the low part of a float32-saved mean is
-    recovered from sum(x - mean_hi) when it lies within the saved mean's rounding (ulp)."""
+def bwd_nchw_groups(dy3, x3, dx3, mean_in, rstd_in, w, b, G, silu, refine, refine_above, ds_nc,
+                    db_nc, mlo_out, dw, dbias, proto):
+    """Closed-form backward per (n, g); ds_nc/db_nc: (N*G, Cg) float64 per (n, c) sums;
+    mlo_out: (N*G,) the low part of the mean used; dw/dbias (C,) float64 (from the per (n, c)
+    sums, in a fixed order).  With ``refine`` (float32 statistics), groups with
+    |mean| * rstd > refine_above recover the saved mean's low part from sum(x - mean_hi)."""
     NG, Cg, S = x3.shape
     M = Cg * S
     for t in prange(NG):
@@ -463,18 +481,28 @@ def bwd_nchw_groups(dy3, x3, dx3, mean_in, rstd_in, ulp, w, b, G, silu, refine, 
         mean_hi, mean_lo = _split_mean(np.float64(mean_in[t]), proto)
         zlo = np.float64(mean_lo)  # the pre-activation z uses the given low part
         c0 = (t % G) * Cg
-        sg, sgx, sx = _bwd_group_sums(dy3, x3, t, c0, mean_hi, zlo, rstd, w, b, silu, refine, ds_nc,
+        ref = refine and abs(np.float64(mean_hi)) * rstd > refine_above
+        sg, sgx, sx = _bwd_group_sums(dy3, x3, t, c0, mean_hi, zlo, rstd, w, b, silu, ref, ds_nc,
                                       db_nc, proto)
         mlo = zlo
-        if refine:
-            lo = sx / M
-            mlo = lo if abs(lo) <= ulp[t] else 0.0
+        if ref:
+            mlo = _refine_low_part(mean_hi, rstd, sx, M)
         mlo_out[t] = mlo
         bb = rstd * (sgx - mlo * sg) / M
         a = sg / M
         beta = _acc(-rstd * rstd * bb, proto)
         gamma = _acc(rstd * rstd * bb * mlo - rstd * a, proto)
         _bwd_apply_group(dy3, x3, dx3, t, c0, mean_hi, zlo, rstd, w, b, beta, gamma, silu, proto)
+    C = w.shape[0]
+    for c in range(C):
+        dw[c] = 0.0
+        dbias[c] = 0.0
+    for t in range(NG):
+        c0 = (t % G) * Cg
+        r = np.float64(rstd_in[t])
+        for j in range(Cg):
+            dw[c0 + j] += r * (ds_nc[t, j] - mlo_out[t] * db_nc[t, j])
+            dbias[c0 + j] += db_nc[t, j]
 
 
 # ---------------------------------------------------------------------------
@@ -853,8 +881,8 @@ def backward_coefficients(mean_in, rstd_in, w, b, mhi_nc, scale_nc, shift_nc, pr
 
 
 @njit(cache=True)
-def finish_backward(ds_nc, db_nc, sx_nc, mean_in, rstd_in, ulp, refine, w, M, beta_nc, gamma_nc,
-                    dw, dbias, proto):
+def finish_backward(ds_nc, db_nc, sx_nc, mean_in, rstd_in, refine, refine_above, w, M, beta_nc,
+                    gamma_nc, dw, dbias, proto):
     """Per-(n, c) sums -> dx coefficients beta/gamma per (n, c), dweight/dbias (float64)."""
     N, C = ds_nc.shape
     G = mean_in.shape[1]
@@ -875,9 +903,8 @@ def finish_backward(ds_nc, db_nc, sx_nc, mean_in, rstd_in, ulp, refine, w, M, be
                 sg += w[c] * db_nc[n, c]
                 sgx += w[c] * ds_nc[n, c]
                 sx += sx_nc[n, c]
-            if refine:
-                lo = sx / M
-                mlo = lo if abs(lo) <= ulp[n, g] else 0.0
+            if refine and abs(np.float64(mhi)) * rstd > refine_above:
+                mlo = _refine_low_part(mhi, rstd, sx, M)
             bb = rstd * (sgx - mlo * sg) / M
             a = sg / M
             beta = -rstd * rstd * bb
@@ -888,23 +915,6 @@ def finish_backward(ds_nc, db_nc, sx_nc, mean_in, rstd_in, ulp, refine, w, M, be
                 gamma_nc[n, c] = gamma
                 dw[c] += rstd * (ds_nc[n, c] - mlo * db_nc[n, c])
                 dbias[c] += db_nc[n, c]
-
-
-@njit(cache=True)
-def affine_grads(ds, db, rstd_in, mlo, dw, dbias):
-    """ds/db: (N*G, Cg) per (n, c) sums; rstd_in/mlo: (N*G,) -> dweight/dbias (float64, (C,))."""
-    NG, Cg = ds.shape
-    C = dw.shape[0]
-    G = C // Cg
-    for c in range(C):
-        dw[c] = 0.0
-        dbias[c] = 0.0
-    for t in range(NG):
-        c0 = (t % G) * Cg
-        r = np.float64(rstd_in[t])
-        for j in range(Cg):
-            dw[c0 + j] += r * (ds[t, j] - mlo[t] * db[t, j])
-            dbias[c0 + j] += db[t, j]
 
 
 @njit(parallel=True, cache=True)

@@ -268,16 +268,10 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
     w64, b64 = _affine64(weight, bias, C)
     mean_a = np.ascontiguousarray(np.asarray(mean).reshape(N, G), dtype=acc)
     rstd_a = np.ascontiguousarray(np.asarray(rstd).reshape(N, G), dtype=acc)
-    # A float32-saved mean of data offset by 1e5 is off by up to 0.004; its low part is
-    # recovered from sum(x - mean_hi), accumulated with the other sums, but only within the
-    # saved mean's own rounding, so statistics passed on purpose are used as given.
-    # Only where it matters (|mean| * rstd > 16, as the NumPy path does): elsewhere the
-    # saved mean's rounding moves xhat by less than 16 * 2**-24 and the extra sum is skipped.
-    refine = False
-    if acc == np.float32:
-        with np.errstate(invalid="ignore", over="ignore"):
-            refine = bool(np.any(np.abs(mean_a) * rstd_a > REFINE_ABOVE))
-    ulp = np.spacing(np.abs(mean_a)).astype(np.float64) if refine else np.zeros((N, G))
+    # Where |mean| * rstd > REFINE_ABOVE (as on the NumPy path) the float32-saved mean's low
+    # part is recovered from sum(x - mean_hi), accumulated with the other sums; elsewhere the
+    # saved mean's rounding moves xhat by less than 16 * 2**-24 and that sum is skipped.
+    refine = acc == np.float32
     dw64 = np.empty(C, np.float64)
     db64 = np.empty(C, np.float64)
 
@@ -288,10 +282,7 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
         shp3 = (N * G, cg, S)
         k.bwd_nchw_groups(_kernel_view(dy.reshape(shp3)), _kernel_view(x.reshape(shp3)),
                           _kernel_view(dx.reshape(shp3)), mean_a.reshape(-1), rstd_a.reshape(-1),
-                          ulp.reshape(-1), w64, b64, G, silu, refine, ds, db, mlo_used, proto)
-        if weight is None:
-            return dx, None, None
-        k.affine_grads(ds, db, rstd_a.reshape(-1), mlo_used, dw64, db64)
+                          w64, b64, G, silu, refine, REFINE_ABOVE, ds, db, mlo_used, dw64, db64, proto)
         return (dx,) + _affine_out(dw64, db64, weight)
 
     mhi_nc = np.empty((N, C), acc)
@@ -322,8 +313,8 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
         axis = 1
     beta_nc = np.empty((N, C), acc)
     gamma_nc = np.empty((N, C), acc)
-    k.finish_backward(pds.sum(axis=axis), pdb.sum(axis=axis), psx.sum(axis=axis), mean_a, rstd_a, ulp,
-                      refine, w64, M, beta_nc, gamma_nc, dw64, db64, proto)
+    k.finish_backward(pds.sum(axis=axis), pdb.sum(axis=axis), psx.sum(axis=axis), mean_a, rstd_a,
+                      refine, REFINE_ABOVE, w64, M, beta_nc, gamma_nc, dw64, db64, proto)
     if layout == "nchw":
         k.nchw_piece_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, scale_nc, beta_nc,
                                gamma_nc, silu)
