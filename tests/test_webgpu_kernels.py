@@ -8,7 +8,7 @@ from numr_web.layout import BFLOAT16, memory_layout
 from oracle import backward as ref_backward
 from oracle import forward as ref_forward
 from oracle import rel_err
-from webgpu_support import f16_mode, nhwc, wg  # noqa: F401  (fixtures)
+from webgpu_support import f16_mode, nhwc, wg, work_shapes  # noqa: F401  (fixtures)
 
 TOL = {np.dtype(np.float32): (2e-6, 5e-6), np.dtype(np.float16): (1.5e-3, 2e-3), BFLOAT16: (1e-2, 1.5e-2)}
 
@@ -68,7 +68,7 @@ def _check(r, G, dtype, tol_scale=1.0):
 @pytest.mark.parametrize("shape,G", SHAPES)
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("silu", [False, True])
-def test_float32_against_formula(wg, rng, shape, G, layout, silu):
+def test_float32_against_formula(wg, work_shapes, rng, shape, G, layout, silu):
     r = _run(wg, rng, shape, G, layout, np.float32, silu=silu)
     if layout == "nhwc" and len(shape) >= 3 and shape[1] > 1 and np.prod(shape[2:]) > 1:
         assert memory_layout(r["y"].shape, r["y"].strides, 4) == "nhwc"
@@ -105,7 +105,7 @@ def test_half_weights_give_half_gradients(wg, rng):
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("offset", [1e4, 1e5])
-def test_large_offset_stays_at_float32_floor(wg, rng, layout, offset):
+def test_large_offset_stays_at_float32_floor(wg, work_shapes, rng, layout, offset):
     # The plain E[x^2]-E[x]^2 in float32 gives NaN or 1e-1 here; the shifted sums and the
     # compensated apply keep the float32 floor (~1e-6 relative to y).
     r = _run(wg, rng, (2, 32, 16, 16), 8, layout, np.float32, offset=offset)
@@ -210,7 +210,7 @@ def test_results_are_deterministic(wg, rng):
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
-def test_long_groups_stay_within_the_software_loop_limit(wg, rng, layout):
+def test_long_groups_stay_within_the_software_loop_limit(wg, work_shapes, rng, layout):
     # lavapipe ends an invocation after 65535 loop iterations in all: one group of 2M
     # elements must be cut into enough pieces that no thread gets near that.
     r = _run(wg, rng, (1, 4, 512, 1024), 1, layout, np.float32)

@@ -38,3 +38,18 @@ def nhwc(a):
         return a
     perm = (0,) + tuple(range(2, a.ndim)) + (1,)
     return np.ascontiguousarray(a.transpose(perm)).transpose(np.argsort(perm))
+
+
+@pytest.fixture(params=["adapter", "gpu-shapes"])
+def work_shapes(request):
+    """Run with the work shapes chosen for this adapter, and again with the ones chosen for
+    GPUs (64 threads, many items each), so both planners' kernels are checked here."""
+    require_target("webgpu")
+    from numr_web.backends.webgpu import device
+
+    ctx = device.context()
+    saved = ctx.cpu_adapter
+    if request.param == "gpu-shapes":
+        ctx.cpu_adapter = False
+    yield request.param
+    ctx.cpu_adapter = saved
