@@ -23,6 +23,7 @@ sum(x - mean) over pieces of the spatial extent (``gn_bwd_reduce_nchw`` /
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import threading
@@ -354,7 +355,12 @@ class CupyBackend(Backend):
                 module = cp.RawModule(code=self._source, options=COMPILE_OPTIONS,
                                       name_expressions=name_expressions(dtype_name, layout))
                 self._modules[mkey] = module
-            fn = module.get_function(name)
+            try:
+                fn = module.get_function(name)  # compiles the module on first use
+            except Exception as exc:
+                raise RuntimeError(
+                    f"the CUDA kernels in {KERNEL_PATH.name} failed to compile or load for {dtype_name}/{layout} "
+                    f"({type(exc).__name__}: {exc}); set CUPY_DUMP_CUDA_SOURCE_ON_ERROR=1 for the full log") from exc
             self._functions[key] = fn
         return fn
 
@@ -421,7 +427,21 @@ class CupyBackend(Backend):
         return cp.ascontiguousarray(array.astype(acc, copy=False)).reshape(-1), 1
 
     # -- kernels ---------------------------------------------------------------
+    @staticmethod
+    def _on_device_of(array):
+        """Launch on the GPU that holds ``array`` (CuPy launches on the current device)."""
+        dev = getattr(array, "device", None)
+        return dev if hasattr(dev, "__enter__") else contextlib.nullcontext()
+
     def group_norm_forward(self, x, weight, bias, num_groups, eps, activation=None):
+        with self._on_device_of(x):
+            return self._forward(x, weight, bias, num_groups, eps, activation)
+
+    def group_norm_backward(self, dy, x, mean, rstd, weight, bias, num_groups, activation=None):
+        with self._on_device_of(x):
+            return self._backward(dy, x, mean, rstd, weight, bias, num_groups, activation)
+
+    def _forward(self, x, weight, bias, num_groups, eps, activation):
         cp = self._import()
         x, layout, xbuf = self._prepare(x)
         N, C = int(x.shape[0]), int(x.shape[1])
@@ -468,7 +488,7 @@ class CupyBackend(Backend):
               (xbuf, ybuf, params, i64(N * C), i64(C), i64(S), i64(plan.apply_total_vec)))
         return y, mean, rstd
 
-    def group_norm_backward(self, dy, x, mean, rstd, weight, bias, num_groups, activation=None):
+    def _backward(self, dy, x, mean, rstd, weight, bias, num_groups, activation):
         cp = self._import()
         x, layout, xbuf = self._prepare(x)
         dy, dybuf = self._like_layout(dy, layout)
