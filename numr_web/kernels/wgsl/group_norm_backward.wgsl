@@ -75,7 +75,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     PART[slot + 1u] = db;
   }
   wg_res[lid] = dot(res, vec4<f32>(1.0));
-  storageBarrier();
+  workgroupBarrier();   // wg_res (workgroup memory) for thread 0
+  storageBarrier();     // PART (storage) for every thread
 
   // Per-channel totals over the pieces, in piece order.
   for (var j = lid; j < p.Cg; j += WG) {
