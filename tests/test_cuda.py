@@ -1,6 +1,6 @@
 """The CUDA backend: compiled here, emulated here, run where there is a GPU.
 
-Three layers, so that a machine without a GPU still checks most of it:
+Four layers, so that a machine without a GPU still checks most of it:
 
 1. The real ``.cu`` sources are compiled with nvcc for sm_80 and sm_90 (every
    kernel instantiation the backend can launch), and, where the NVRTC library
@@ -10,9 +10,12 @@ Three layers, so that a machine without a GPU still checks most of it:
    plans (imported from the backend), the same index math (including the
    magic-number division), the same per-thread accumulation order and shuffle
    trees -- checked against the independent float64 oracle and for exact
-   coverage (every element read once per pass).  It tests the decomposition
-   logic, not the GPU.
-3. ``@pytest.mark.cuda`` tests through the public API on a real device; they
+   coverage (every element read once per pass).
+3. The same ``.cu`` file built for the CPU with g++ and a threading shim, and
+   driven by the backend's own launch code with NumPy in place of CuPy (see
+   HOST_SHIM below): the kernel bodies, the planning and the argument lists run
+   for real.  Under CI=true a missing g++ fails.
+4. ``@pytest.mark.cuda`` tests through the public API on a real device; they
    skip with a reason where CuPy or a device is missing.
 """
 from __future__ import annotations
