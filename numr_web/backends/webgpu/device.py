@@ -92,13 +92,13 @@ class Context:
             self.pool.clear()
             self.pool_bytes = 0
 
-    @property
-    def dummy_rw(self):
-        """A second placeholder, for unused read_write bindings (one buffer cannot be bound
-        read-only and writable in one dispatch)."""
+    def dummy_rw(self, k=0):
+        """Placeholder ranges for unused read_write bindings: one buffer may not be bound
+        read-only and writable in one dispatch, and writable bindings must not alias
+        (Dawn checks that), so the k-th unused writable binding gets its own 256-byte range."""
         if self._dummy_rw is None:
-            self._dummy_rw = self.transport.create_buffer(self.dev, 256)
-        return self._dummy_rw
+            self._dummy_rw = self.transport.create_buffer(self.dev, 1024)
+        return (self._dummy_rw, 256 * k, 256)
 
     @property
     def dummy(self):

@@ -227,7 +227,7 @@ def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation=None):
             ctx.launch("group_norm_nhwc.wgsl", "forward", {"X": key, "DY": key, "Y": key},
                        K.constants(silu, affine),
                        [xb, xb, (y.buffer, off, size), *wb, _whole(ctx, mean), _whole(ctx, rstd),
-                        _whole(ctx, part), _whole(ctx, ctx.dummy_rw), _whole(ctx, ctx.dummy_rw)],
+                        _whole(ctx, part), ctx.dummy_rw(0), ctx.dummy_rw(1)],
                        ngroups // K.GB, K.params(x_base, g_first, ngroups, eps))
         return y, mean, rstd
     for g_first, ngroups, off, size, x_base, count in L.chunks(ctx.max_binding):
