@@ -5,6 +5,10 @@
 // cuda_bf16.h.  float16 and bfloat16 are carried as 16-bit storage structs and
 // converted with PTX `cvt` (float16) or exact bit arithmetic (bfloat16).
 //
+// Kernels: forward gn_fwd_stats + gn_fwd_apply, or gn_fwd_fused (one launch);
+// backward gn_bwd_reduce_nchw / gn_bwd_reduce_nhwc, gn_bwd_group_coeffs,
+// gn_bwd_dx and, with a weight, gn_bwd_channel_grads.  docs/cuda.md has the design.
+//
 // Templates (instantiated through CuPy name expressions, see
 // numr_web/backends/cupy_.py, which also lists every instantiation):
 //   T       storage type: float, double, numr_f16, numr_bf16
