@@ -18,8 +18,10 @@ fn powf(x: f32, y: f32) -> f32 {
   if (x != x || y != y) { return x + y; }
   let r = pow(abs(x), y);
   if (x > 0.0) { return r; }
-  if (x == 0.0) { return select(bitcast<f32>(0x7f800000u), 0.0, y > 0.0); }
-  if (floor(y) != y) { return bitcast<f32>(0x7fc00000u); }     // negative base, fractional power: NaN
+  // inf and NaN built from runtime bits: a constant inf or NaN is a shader-creation error in WGSL
+  let zero = bitcast<u32>(x) & 0u;
+  if (x == 0.0) { return select(bitcast<f32>(0x7f800000u | zero), 0.0, y > 0.0); }
+  if (floor(y) != y) { return bitcast<f32>(0x7fc00000u | zero); }     // negative base, fractional power: NaN
   if (fract(y * 0.5) != 0.0) { return -r; }                     // odd integer power keeps the sign
   return r;
 }
