@@ -53,18 +53,46 @@ def _samples_per_timing(fn, timer, budget=0.004):
 
 
 class _Torch:
-    def __init__(self, threads, layout):
+    """PyTorch on the same device as the backend under test (CPU, or the GPU for --backend cuda)."""
+
+    def __init__(self, threads, layout, device="cpu"):
         import torch
 
         self.torch = torch
         if threads:
             torch.set_num_threads(threads)
         self.layout = layout
+        self.device = "cuda" if device == "cuda" else "cpu"
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("--compare torch with --backend cuda needs a CUDA build of torch and a GPU")
+
+    def timer(self, fn, repeat, warmup=1):
+        if self.device == "cpu":
+            return _wall_timer(fn, repeat, warmup)
+        torch = self.torch
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        out = []
+        for _ in range(repeat):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end) / 1e3)
+        return out
 
     def setup(self, x, w, b, dy, groups, eps):
         torch = self.torch
         fmt = torch.channels_last if self.layout == "nhwc" and x.ndim == 4 else torch.contiguous_format
-        to = lambda a: torch.from_numpy(np.ascontiguousarray(a.astype(np.float32) if a.dtype != x.dtype else a))
+        def to(a):
+            from numr_web.layout import BFLOAT16
+
+            if a.dtype == BFLOAT16:  # torch cannot read ml_dtypes' bfloat16
+                return torch.from_numpy(np.ascontiguousarray(a.astype(np.float32))).to(self.device, torch.bfloat16)
+            return torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
+
         tx = to(x).contiguous(memory_format=fmt)
         tdy = to(dy).contiguous(memory_format=fmt)
         tw, tb = to(w), to(b)
@@ -100,7 +128,7 @@ def run_bench(args) -> int:
     device = args.backend
     be = get_backend(device)
     dt = BFLOAT16 if args.dtype == "bfloat16" else np.dtype(args.dtype)
-    torch_side = _Torch(args.threads, args.layout) if args.compare == "torch" else None
+    torch_side = _Torch(args.threads, args.layout, device) if args.compare == "torch" else None
 
     label = be.name
     if device == "cpu":
@@ -140,7 +168,7 @@ def run_bench(args) -> int:
         }
         if torch_side is not None:
             fns["torch_fwd"], fns["torch_bwd"] = torch_side.setup(x, w, b, dy, groups, 1e-5)
-        timers = {k: (be.timer if not k.startswith("torch") else _wall_timer) for k in fns}
+        timers = {k: (torch_side.timer if k.startswith("torch") else be.timer) for k in fns}
         per_sample = {k: _samples_per_timing(fn, timers[k]) for k, fn in fns.items()}
         samples = {k: [] for k in fns}
         for _ in range(repeat):
