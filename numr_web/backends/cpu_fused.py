@@ -142,10 +142,41 @@ def _empty_like_layout(x, layout):
     return _from_channels_last_buffer(buf)
 
 
+_ACC_INFO = {}
+_CONST64 = {}
+
+
+def _acc_info(dtype):
+    """(accumulation dtype, its zero as a NumPy scalar) for a storage dtype, cached."""
+    info = _ACC_INFO.get(dtype)
+    if info is None:
+        acc = accumulation_dtype(dtype)
+        info = _ACC_INFO[dtype] = (acc, acc.type(0))
+    return info
+
+
+def _const64(value, C):
+    """A read-only float64 array of C copies of value (cached; the kernels only read it)."""
+    a = _CONST64.get((value, C))
+    if a is None:
+        a = np.full(C, value, np.float64)
+        a.flags.writeable = False
+        if len(_CONST64) < 64:
+            _CONST64[(value, C)] = a
+    return a
+
+
 def _affine64(weight, bias, C):
-    w = np.ones(C, np.float64) if weight is None else np.asarray(weight, np.float64).reshape(C)
-    b = np.zeros(C, np.float64) if bias is None else np.asarray(bias, np.float64).reshape(C)
+    w = _const64(1.0, C) if weight is None else np.asarray(weight, np.float64).reshape(C)
+    b = _const64(0.0, C) if bias is None else np.asarray(bias, np.float64).reshape(C)
     return np.ascontiguousarray(w), np.ascontiguousarray(b)
+
+
+def _stats_arg(a, n, acc):
+    """Saved mean/rstd as a contiguous (N*G,) array of the accumulation dtype."""
+    if type(a) is np.ndarray and a.dtype == acc and a.flags.c_contiguous and a.size == n:
+        return a.reshape(n)
+    return np.ascontiguousarray(np.asarray(a).reshape(n), dtype=acc)
 
 
 def _pieces_nchw(N, C, S):
@@ -185,14 +216,13 @@ def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
     S = math.prod(x.shape[2:])
     cg = C // G
     M = cg * S
-    acc = accumulation_dtype(x.dtype)
+    acc, proto = _acc_info(x.dtype)
     silu = activation == "silu"
     y = _empty_like_layout(x, layout)
     if x.size == 0:
         mean = np.full((N, G), np.nan, acc)
         return y, mean, mean.copy()
     k = _require()
-    proto = acc.type(0)
     w64, b64 = _affine64(weight, bias, C)
     eps = float(eps)
     mean = np.empty((N, G), acc)
@@ -255,7 +285,7 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
     S = math.prod(x.shape[2:])
     cg = C // G
     M = cg * S
-    acc = accumulation_dtype(x.dtype)
+    acc, proto = _acc_info(x.dtype)
     silu = activation == "silu"
     dx = _empty_like_layout(x, layout)
     if x.size == 0:
@@ -264,10 +294,11 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
         wdt = np.asarray(weight).dtype
         return dx, np.zeros(C, wdt), np.zeros(C, wdt)
     k = _require()
-    proto = acc.type(0)
     w64, b64 = _affine64(weight, bias, C)
-    mean_a = np.ascontiguousarray(np.asarray(mean).reshape(N, G), dtype=acc)
-    rstd_a = np.ascontiguousarray(np.asarray(rstd).reshape(N, G), dtype=acc)
+    mean_f = _stats_arg(mean, N * G, acc)
+    rstd_f = _stats_arg(rstd, N * G, acc)
+    mean_a = mean_f.reshape(N, G)
+    rstd_a = rstd_f.reshape(N, G)
     # Where |mean| * rstd > REFINE_ABOVE (as on the NumPy path) the float32-saved mean's low
     # part is recovered from sum(x - mean_hi), accumulated with the other sums; elsewhere the
     # saved mean's rounding moves xhat by less than 16 * 2**-24 and that sum is skipped.
@@ -281,7 +312,7 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
         mlo_used = np.empty(N * G, np.float64)
         shp3 = (N * G, cg, S)
         k.bwd_nchw_groups(_kernel_view(dy.reshape(shp3)), _kernel_view(x.reshape(shp3)),
-                          _kernel_view(dx.reshape(shp3)), mean_a.reshape(-1), rstd_a.reshape(-1),
+                          _kernel_view(dx.reshape(shp3)), mean_f, rstd_f,
                           w64, b64, G, silu, refine, REFINE_ABOVE, ds, db, mlo_used, dw64, db64, proto)
         return (dx,) + _affine_out(dw64, db64, weight)
 
