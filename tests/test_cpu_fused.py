@@ -267,8 +267,9 @@ def test_float16_and_bfloat16_round_to_nearest_even(fused, rng):
     assert np.isfinite(y32).all()
 
 
-def test_threading_layer_is_reported(fused):
+def test_threading_layer_and_threads_are_reported(fused):
     assert fused.threading_layer() in ("omp", "tbb", "workqueue")
+    assert fused.num_threads() >= 1
 
 
 def test_compile_cache_is_written_and_reused(fused, tmp_path):

@@ -61,15 +61,33 @@ def _load_kernels():
     return k
 
 
+_available: tuple[bool, str] | None = None
+
+
 def available() -> tuple[bool, str]:
-    """(True, description) when Numba imports; (False, how to get it) otherwise."""
+    """(True, description) when Numba imports; (False, how to get it) otherwise.
+
+    Cached: the op layer asks on every call."""
+    global _available
+    if _available is not None:
+        return _available
     k = _load_kernels()
     if k is None:
         why = "numba is not installed" if _import_error and "numba" in _import_error else _import_error
         return False, f"fused CPU kernels need Numba ({why}); {_INSTALL_HINT}"
     import numba
 
-    return True, f"numba {numba.__version__}, {numba.get_num_threads()} threads"
+    _available = (True, f"numba {numba.__version__}")
+    return _available
+
+
+def num_threads() -> int:
+    """Threads the kernels run on (Numba's setting; ``NUMBA_NUM_THREADS`` or ``numba.set_num_threads``)."""
+    if _load_kernels() is None:
+        return 0
+    import numba
+
+    return numba.get_num_threads()
 
 
 def threading_layer() -> str:
