@@ -1,0 +1,107 @@
+"""The same WGSL on a second WebGPU implementation: Dawn (Chromium's), with Tint.
+
+Every WGSL variant a set of GroupNorm, elementwise, sum and copy calls makes on
+the native adapter (dtypes, layouts, SiLU, affine, both work-shape planners) is
+recorded and compiled in Node through the npm ``webgpu`` package (Dawn + Tint,
+on SwiftShader, the browser's software adapter): shader module plus compute
+pipeline with the backend's bind group layout.  Tint is stricter than wgpu's
+naga (it rejected a constant inf that naga took), and the browser runs these
+same sources.
+
+Needs Node, ``npm install --prefix tests/dawn`` and SwiftShader's Vulkan driver
+(Debian's chromium package ships it); skipped when they are missing.  (Running
+the kernels there too was tried: dawn.node aborted in SwiftShader's thread pool
+on this machine, so only compilation is checked.)
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import types
+
+import numpy as np
+import pytest
+
+from webgpu_support import nhwc, wg  # noqa: F401
+
+HERE = pathlib.Path(__file__).parent / "dawn"
+ICD_CANDIDATES = [os.environ.get("NUMR_WEB_SWIFTSHADER_ICD", ""), "/usr/lib/chromium/vk_swiftshader_icd.json"]
+
+
+def _dawn_env():
+    node = shutil.which("node")
+    icd = next((p for p in ICD_CANDIDATES if p and os.path.exists(p)), None)
+    if node is None or icd is None or not (HERE / "node_modules" / "webgpu").is_dir():
+        pytest.skip("Dawn check needs node, `npm install --prefix tests/dawn` and SwiftShader's ICD "
+                    "(apt-get install chromium)")
+    return node, dict(os.environ, VK_ICD_FILENAMES=icd)
+
+
+class Recorder:
+    """A transport that forwards to wgpu-py and records every pipeline's WGSL."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.variants = {}
+        for name in dir(inner):
+            if not name.startswith("_") and name != "create_pipeline":
+                setattr(self, name, getattr(inner, name))
+
+    def create_pipeline(self, dev, code, entry, kinds):
+        self.variants[(code, entry)] = {"name": f"v{len(self.variants)}", "code": code, "entry": entry,
+                                        "kinds": kinds}
+        return self.inner.create_pipeline(dev, code, entry, kinds)
+
+
+def _scenarios(be, rng):
+    from numr_web.backends.webgpu import device, ops
+    from numr_web.layout import BFLOAT16
+
+    ctx = device.context()
+    for shapes in ("cpu", "gpu"):
+        ctx.cpu_adapter = shapes == "cpu"
+        cases = [((2, 16, 8, 8), 4, "nchw"), ((2, 12, 5, 5), 4, "nchw"), ((2, 16, 6, 6), 4, "nhwc"),
+                 ((2, 6, 5, 3), 3, "nhwc"), ((3, 10), 5, "nchw")]
+        for dtype in (np.float32, np.float16, BFLOAT16):
+            for shape, G, layout in cases:
+                for act in (None, "silu"):
+                    for affine in (True, False):
+                        x = rng.standard_normal(shape).astype(dtype)
+                        if layout == "nhwc":
+                            x = nhwc(x)
+                        xd = be.from_numpy(x)
+                        w = be.from_numpy(np.ones(shape[1], np.float32)) if affine else None
+                        y, m, r = be.group_norm_forward(xd, w, w, G, 1e-5, act)
+                        be.group_norm_backward(xd, xd, m, r, w, w, G, act)
+            a = be.from_numpy(rng.standard_normal((3, 4, 5)).astype(dtype))
+            b = be.from_numpy(rng.uniform(1, 2, (4, 1)).astype(dtype))
+            _ = (((a + b) * 2.0 - a / b) ** 2 + (-a) + 2.0 ** a, a.sum(axis=(0, 2)), a.mean(),
+                 a.astype(np.float32), a.astype(BFLOAT16), a.astype(np.float16), be.full_like(a, 1.0), a + a)
+    big = be.from_numpy(rng.standard_normal(300_000).astype(np.float32))
+    big.sum()
+    for v in ops.COPY_VARIANTS:
+        ops.device_copy(big, v)
+
+
+def test_every_wgsl_variant_compiles_on_dawn(wg, tmp_path):
+    node, env = _dawn_env()
+    from numr_web.backends.webgpu import configure, transport_wgpu
+
+    rec = Recorder(transport_wgpu)
+    configure(transport=rec, want_f16=False)  # SwiftShader has no shader-f16: the packed path
+    try:
+        _scenarios(wg, np.random.default_rng(5))
+    finally:
+        configure()
+    path = tmp_path / "variants.json"
+    path.write_text(json.dumps(list(rec.variants.values())))
+    out = subprocess.run([node, str(HERE / "compile.mjs"), str(path)], capture_output=True, text=True,
+                         timeout=300, env=env, cwd=HERE)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "swiftshader" in result["adapter"].lower(), result["adapter"]
+    assert result["compiled"] == len(rec.variants) > 150
+    assert result["problems"] == [], "\n".join(result["problems"][:20])
