@@ -691,50 +691,68 @@ def nhwc_piece_moments(x3, P, pmean, pm2, proto):
             pm2[n, k, c] = max(s2[c] - s1[c] * m1, 0.0)
 
 
-@njit(cache=True)
-def nhwc_merge(pmean, pm2, counts, G, mean_out, m2_out):
-    """Merge (N, P, C) per-block per-channel moments into (N, G), fixed order."""
+@njit(parallel=True, cache=True)
+def nhwc_finish_forward(pmean, pm2, counts, G, M, eps, w, b, R, mean_out, rstd_out, mT, sT, hT,
+                        proto):
+    """Per (n, g), in parallel: Chan-merge the (N, P, C) block moments in a fixed order, write
+    mean/rstd, and the apply coefficients of the group's channels into the super-row tiles
+    mT/sT/hT (N, R*C)."""
     N, P, C = pmean.shape
     Cg = C // G
-    for n in range(N):
-        for g in range(G):
-            tot = 0.0
-            s = 0.0
-            for k in range(P):
-                for j in range(Cg):
-                    tot += counts[k]
-                    s += counts[k] * pmean[n, k, g * Cg + j]
-            mean = s / tot
-            q = 0.0
-            for k in range(P):
-                for j in range(Cg):
-                    d = pmean[n, k, g * Cg + j] - mean
-                    q += pm2[n, k, g * Cg + j] + counts[k] * d * d
-            mean_out[n, g] = mean
-            m2_out[n, g] = q
+    for t in prange(N * G):
+        n = t // G
+        g = t % G
+        tot = 0.0
+        sm = 0.0
+        for k in range(P):
+            for j in range(Cg):
+                tot += counts[k]
+                sm += counts[k] * pmean[n, k, g * Cg + j]
+        mean = sm / tot
+        q = 0.0
+        for k in range(P):
+            for j in range(Cg):
+                d = pmean[n, k, g * Cg + j] - mean
+                q += pm2[n, k, g * Cg + j] + counts[k] * d * d
+        rstd = 1.0 / np.sqrt(q / M + eps)
+        mean_out[n, g] = mean
+        rstd_out[n, g] = rstd
+        mhi, mlo = _split_mean(mean, proto)
+        for j in range(Cg):
+            c = g * Cg + j
+            sc = rstd * w[c]
+            scale = _acc(sc, proto)
+            shift = _acc(b[c] - np.float64(mlo) * sc, proto)
+            for r in range(R):
+                mT[n, r * C + c] = mhi
+                sT[n, r * C + c] = scale
+                hT[n, r * C + c] = shift
 
 
 @njit(parallel=True, cache=True)
-def nhwc_apply(x3, y3, P, mhi_nc, scale_nc, shift_nc, silu):
-    N, S, C = x3.shape
-    L = (S + P - 1) // P
+def nhwc_apply(x4, y4, P, mT, sT, hT, silu):
+    """x4/y4: the (N, S, C) buffers viewed as (N, S/R, R*C) "super-rows" of R whole rows;
+    mT/sT/hT: (N, R*C) per-channel mean_hi/scale/shift repeated R times.  One vector loop
+    per super-row instead of one per row (a row of 64 channels is only four vectors)."""
+    N, Q, T = x4.shape
+    L = (Q + P - 1) // P
     for it in prange(N * P):
         n = it // P
         k = it % P
-        _apply_rows(x3, y3, n, k * L, min(S, k * L + L), mhi_nc, scale_nc, shift_nc, silu)
+        _apply_superrows(x4, y4, n, k * L, min(Q, k * L + L), mT, sT, hT, silu)
 
 
 @njit(fastmath=_EW, cache=True)
-def _apply_rows(x3, y3, n, r0, r1, mhi, sc, sh, silu):
-    C = x3.shape[2]
-    for r in range(r0, r1):
+def _apply_superrows(x4, y4, n, q0, q1, mT, sT, hT, silu):
+    T = x4.shape[2]
+    for q in range(q0, q1):
         if silu:
-            for c in range(C):
-                z = (_load(x3[n, r, c]) - mhi[n, c]) * sc[n, c] + sh[n, c]
-                y3[n, r, c] = _store(z * _silu_parts(z), y3)
+            for i in range(T):
+                z = (_load(x4[n, q, i]) - mT[n, i]) * sT[n, i] + hT[n, i]
+                y4[n, q, i] = _store(z * _silu_parts(z), y4)
         else:
-            for c in range(C):
-                y3[n, r, c] = _store((_load(x3[n, r, c]) - mhi[n, c]) * sc[n, c] + sh[n, c], y3)
+            for i in range(T):
+                y4[n, q, i] = _store((_load(x4[n, q, i]) - mT[n, i]) * sT[n, i] + hT[n, i], y4)
 
 
 @njit(fastmath=_RED, cache=True)
@@ -812,31 +830,31 @@ def nhwc_bwd_sums(dy3, x3, P, mhi_nc, scale_nc, shift_nc, silu, pds, pdb, psx, p
 
 
 @njit(fastmath=_EW, cache=True)
-def _bwd_apply_rows(dy3, x3, dx3, n, r0, r1, mhi, sc, sh, al, be, ga, silu):
-    C = x3.shape[2]
-    for r in range(r0, r1):
+def _bwd_apply_superrows(dy4, x4, dx4, n, q0, q1, mT, sT, hT, aT, bT, gT, silu):
+    T = x4.shape[2]
+    for q in range(q0, q1):
         if silu:
-            for c in range(C):
-                xc = _load(x3[n, r, c]) - mhi[n, c]
-                z = xc * sc[n, c] + sh[n, c]
+            for i in range(T):
+                xc = _load(x4[n, q, i]) - mT[n, i]
+                z = xc * sT[n, i] + hT[n, i]
                 s = _silu_parts(z)
-                dz = _load(dy3[n, r, c]) * (s * (_acc(1.0, z) + z * (_acc(1.0, z) - s)))
-                dx3[n, r, c] = _store(al[n, c] * dz + be[n, c] * xc + ga[n, c], dx3)
+                dz = _load(dy4[n, q, i]) * (s * (_acc(1.0, z) + z * (_acc(1.0, z) - s)))
+                dx4[n, q, i] = _store(aT[n, i] * dz + bT[n, i] * xc + gT[n, i], dx4)
         else:
-            for c in range(C):
-                dx3[n, r, c] = _store(al[n, c] * _load(dy3[n, r, c])
-                                      + be[n, c] * (_load(x3[n, r, c]) - mhi[n, c]) + ga[n, c], dx3)
+            for i in range(T):
+                dx4[n, q, i] = _store(aT[n, i] * _load(dy4[n, q, i])
+                                      + bT[n, i] * (_load(x4[n, q, i]) - mT[n, i]) + gT[n, i], dx4)
 
 
 @njit(parallel=True, cache=True)
-def nhwc_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, alpha_nc, beta_nc, gamma_nc, silu):
-    N, S, C = x3.shape
-    L = (S + P - 1) // P
+def nhwc_bwd_apply(dy4, x4, dx4, P, mT, sT, hT, aT, bT, gT, silu):
+    """Super-row views as in nhwc_apply; coefficient rows (N, R*C)."""
+    N, Q, T = x4.shape
+    L = (Q + P - 1) // P
     for it in prange(N * P):
         n = it // P
         k = it % P
-        _bwd_apply_rows(dy3, x3, dx3, n, k * L, min(S, k * L + L), mhi_nc, scale_nc, shift_nc,
-                        alpha_nc, beta_nc, gamma_nc, silu)
+        _bwd_apply_superrows(dy4, x4, dx4, n, k * L, min(Q, k * L + L), mT, sT, hT, aT, bT, gT, silu)
 
 
 # ---------------------------------------------------------------------------

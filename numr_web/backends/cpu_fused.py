@@ -38,7 +38,7 @@ MIN_GROUP_ITEMS = 8
 #: target number of parallel work items for the piece paths
 TARGET_ITEMS = 16
 #: largest piece, in elements
-PIECE_MAX = 1 << 16
+PIECE_MAX = 1 << 17
 #: the backward recovers the saved float32 mean's low part when |mean| * rstd exceeds this
 REFINE_ABOVE = 16.0
 
@@ -208,6 +208,25 @@ def _pieces_nhwc(N, S, C):
     return max(1, min(P, S))
 
 
+#: channels-last elementwise loops run over "super-rows" of R whole rows, R*C about this long
+SUPERROW = 2048
+
+
+def _superrow_factor(S, C):
+    """The largest R dividing S with R*C <= SUPERROW (at least 1)."""
+    best = 1
+    for r in range(1, max(1, SUPERROW // max(C, 1)) + 1):
+        if S % r == 0:
+            best = r
+    return best
+
+
+def _superrows(buf, R):
+    """(N, S, C) contiguous buffer -> (N, S/R, R*C) view."""
+    N, S, C = buf.shape
+    return buf.reshape(N, S // R, R * C)
+
+
 def _piece_counts(S, P):
     L = -(-S // P)
     return np.array([max(0, min(S, (k + 1) * L) - k * L) for k in range(P)], np.float64)
@@ -251,33 +270,39 @@ def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
                           w64, b64, G, eps, silu, mean.reshape(-1), rstd.reshape(-1), proto)
         return y, mean, rstd
 
-    mean64 = np.empty((N, G), np.float64)
-    m264 = np.empty((N, G), np.float64)
-    if layout == "nchw":
-        P = _pieces_nchw(N, C, S)
-        x3 = _kernel_view(x.reshape(N, C, S))
-        pmean = np.empty(N * C * P, np.float64)
-        pm2 = np.empty(N * C * P, np.float64)
-        k.nchw_piece_moments(x3, P, pmean, pm2, proto)
-        k.merge_pieces(pmean.reshape(N * G, -1), pm2.reshape(N * G, -1), np.tile(_piece_counts(S, P), cg),
-                       mean64.reshape(-1), m264.reshape(-1))
-    else:
+    if layout == "nhwc":
         x3 = _kernel_view(_channels_last_buffer(x))
         S = x3.shape[1]
         P = _pieces_nhwc(N, S, C)
         pmean = np.empty((N, P, C), np.float64)
         pm2 = np.empty((N, P, C), np.float64)
         k.nhwc_piece_moments(x3, P, pmean, pm2, proto)
-        k.nhwc_merge(pmean, pm2, _piece_counts(S, P), G, mean64, m264)
+        R = _superrow_factor(S, C)
+        Q = S // R
+        mT = np.empty((N, R * C), acc)
+        sT = np.empty((N, R * C), acc)
+        hT = np.empty((N, R * C), acc)
+        k.nhwc_finish_forward(pmean, pm2, _piece_counts(S, P), G, M, eps, w64, b64, R, mean, rstd,
+                              mT, sT, hT, proto)
+        k.nhwc_apply(_superrows(x3, R), _superrows(_kernel_view(_channels_last_buffer(y)), R),
+                     _pieces_nhwc(N, Q, R * C), mT, sT, hT, silu)
+        return y, mean, rstd
 
+    # NCHW with few or huge groups: spatial pieces of each channel, merged per group
+    P = _pieces_nchw(N, C, S)
+    x3 = _kernel_view(x.reshape(N, C, S))
+    pmean = np.empty(N * C * P, np.float64)
+    pm2 = np.empty(N * C * P, np.float64)
+    k.nchw_piece_moments(x3, P, pmean, pm2, proto)
+    mean64 = np.empty((N, G), np.float64)
+    m264 = np.empty((N, G), np.float64)
+    k.merge_pieces(pmean.reshape(N * G, -1), pm2.reshape(N * G, -1), np.tile(_piece_counts(S, P), cg),
+                   mean64.reshape(-1), m264.reshape(-1))
     mhi_nc = np.empty((N, C), acc)
     scale_nc = np.empty((N, C), acc)
     shift_nc = np.empty((N, C), acc)
     k.finish_forward(mean64, m264, M, eps, w64, b64, mean, rstd, mhi_nc, scale_nc, shift_nc, proto)
-    if layout == "nchw":
-        k.nchw_piece_apply(x3, _kernel_view(y.reshape(N, C, S)), P, mhi_nc, scale_nc, shift_nc, silu)
-    else:
-        k.nhwc_apply(x3, _kernel_view(_channels_last_buffer(y)), P, mhi_nc, scale_nc, shift_nc, silu)
+    k.nchw_piece_apply(x3, _kernel_view(y.reshape(N, C, S)), P, mhi_nc, scale_nc, shift_nc, silu)
     return y, mean, rstd
 
 
@@ -368,6 +393,11 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
         k.nchw_piece_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, scale_nc, beta_nc,
                                gamma_nc, silu)
     else:
-        k.nhwc_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, scale_nc, beta_nc,
-                         gamma_nc, silu)
+        R = _superrow_factor(S, C)
+        Q = S // R
+        tile = lambda a: np.tile(a, (1, R))
+        sT = tile(scale_nc)
+        k.nhwc_bwd_apply(_superrows(dy3, R), _superrows(x3, R), _superrows(dx3, R),
+                         _pieces_nhwc(N, Q, R * C), tile(mhi_nc), sT, tile(shift_nc), sT,
+                         tile(beta_nc), tile(gamma_nc), silu)
     return (dx,) + _affine_out(dw64, db64, weight)
