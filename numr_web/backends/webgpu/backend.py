@@ -189,7 +189,7 @@ class WebGPUBackend(Backend):
 
     def timer(self, fn, repeat, warmup=1):
         """Device time per call: each repeat queues ``timer_batch`` calls, then waits once."""
-        for _ in range(max(warmup, 1)):
+        for _ in range(warmup):
             fn()
         self.synchronize()
         k = self.timer_batch
