@@ -19,6 +19,11 @@ small module with the same names:
 
 ``binding_kinds`` is a list of "read" | "read_write" | "uniform", one per
 binding number; ``bindings`` is a list of ``(buffer, offset, size)`` tuples.
+Also ``import_error()`` (None, or why the API is missing) and
+``is_device_lost(exc)``.  The ``Device`` the layers above read has ``info``
+(adapter, vendor, description, backend, adapter_type, transport), ``features``,
+``adapter_features``, ``limits`` (WebGPU limit names, dashed) and ``lost``.
+Buffers are plain transport objects with ``.size``.
 """
 from __future__ import annotations
 
