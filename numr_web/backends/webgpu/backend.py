@@ -87,7 +87,8 @@ class WebGPUBackend(Backend):
             "features (adapter)": ", ".join(sorted(ctx.dev.adapter_features)),
             "float16 storage": "shader-f16" if ctx.dtype_key("float16") == "f16" else "pack2x16float (u32 pairs)",
             "bfloat16 storage": "u32 pairs (bit shifts)",
-            "copy kernel (bench yardstick)": self._copy_variant or "chosen on first bench copy",
+            "copy kernel (bench yardstick)": self._copy_variant or
+            "the faster of copy_vec4 and copy_grid, timed on the first copy",
         })
         for k in _KEY_LIMITS:
             if k in ctx.dev.limits:
@@ -154,6 +155,11 @@ class WebGPUBackend(Backend):
         ctx = _device.current()
         if ctx is not None:
             ctx.wait()
+
+    @property
+    def copy_kernel(self):
+        """The WGSL copy kernel ``copy`` uses (None until the first copy chose it)."""
+        return self._copy_variant
 
     @_lost_guard
     def copy(self, array):
