@@ -37,8 +37,6 @@ def plan_pieces(a_count: int, steps: int, wg: int = WG) -> int:
 #: GroupNorm kernels runs each of its steps 2 to 3 times (statistics, apply;
 #: backward: two sweeps), so one thread takes at most this many steps.
 STEP_CAP = 12000
-#: CPU adapters: aim for this many elements per workgroup when groups are small
-GPW_ELEMS = 32768
 
 
 @lru_cache(maxsize=1024)
@@ -91,13 +89,6 @@ class Layout:
         else:
             self.P, self.wg = plan_pieces(self.A, self.steps), WG
         self.items = self.A * self.P
-        self.gpw = 1
-        if cpu_adapter:
-            # small groups: several per workgroup (a workgroup's start-up is paid once), while
-            # keeping enough workgroups for the cores and each thread under the loop limit
-            per_thread = -(-self.items // self.wg) * -(-self.steps // self.P)
-            self.gpw = max(1, min(GPW_ELEMS // max(self.M, 1), -(-self.N * self.G // 16),
-                                  STEP_CAP // max(per_thread, 1), 64))
         self.isz = x.itemsize
 
     def chunks(self, max_binding, part_bytes_per_group=0):
@@ -138,10 +129,10 @@ class Layout:
     def params(self, x_base, g_first, ngroups, eps=0.0):
         return struct.pack("<12I2f2I", self.C, self.HW, self.G, self.Cg, self.A, self.P, self.items,
                            self.steps, x_base, g_first, ngroups, self.M, float(eps),
-                           1.0 / self.M if self.M else 0.0, self.gpw, 0)
+                           1.0 / self.M if self.M else 0.0, 0, 0)
 
     def workgroups(self, ngroups):
-        return -(-ngroups // self.gpw)
+        return ngroups
 
     def flat_params(self, x_base, g_first, count):
         return struct.pack("<8I", self.C, self.HW, self.G, self.Cg, x_base, g_first // self.G, g_first, count)

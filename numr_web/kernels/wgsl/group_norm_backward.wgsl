@@ -47,16 +47,8 @@ fn dz_of(dy: vec4<f32>, xc: vec4<f32>, scale: vec4<f32>, shift: vec4<f32>) -> ve
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-  // p.gpw consecutive groups per workgroup (small groups on CPU adapters: a
-  // workgroup's start-up cost is paid once for several groups)
-  let first = (wid.y * nwg.x + wid.x) * p.gpw;
-  for (var sub = 0u; sub < p.gpw; sub++) {
-    if (first + sub >= p.ngroups) { break; }
-    one_group(first + sub, lid);
-  }
-}
-
-fn one_group(gl: u32, lid: u32) {
+  let gl = wid.y * nwg.x + wid.x;
+  if (gl >= p.ngroups) { return; }
   let gg = p.g_first + gl;
   let n = gg / p.G;
   let g = gg % p.G;

@@ -23,7 +23,7 @@ struct Params {
   M: u32,        // elements per group
   eps: f32,
   inv_m: f32,
-  gpw: u32,      // groups per workgroup
+  _pad0: u32,
   _pad1: u32,
 }
 

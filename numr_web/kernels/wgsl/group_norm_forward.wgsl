@@ -71,16 +71,8 @@ fn combine(k: f32, sc: f32, allow_redo: bool) {
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-  // p.gpw consecutive groups per workgroup (small groups on CPU adapters: a
-  // workgroup's start-up cost is paid once for several groups)
-  let first = (wid.y * nwg.x + wid.x) * p.gpw;
-  for (var sub = 0u; sub < p.gpw; sub++) {
-    if (first + sub >= p.ngroups) { break; }
-    one_group(first + sub, lid);
-  }
-}
-
-fn one_group(gl: u32, lid: u32) {
+  let gl = wid.y * nwg.x + wid.x;
+  if (gl >= p.ngroups) { return; }
   let gg = p.g_first + gl;
   let n = gg / p.G;
   let g = gg % p.G;
