@@ -136,6 +136,8 @@ def run_bench(args) -> int:
     header = [f"numr_web {numr_web.__version__} bench: backend {label}, {args.dtype}, {args.layout}, "
               f"{repeat} interleaved samples, medians; {platform.machine()} {os.cpu_count()} cores; "
               f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}"]
+    copy_name = getattr(be, "copy_kernel", None) or f"{be.name} array copy"
+    header.append(f"copy yardstick: {copy_name}")
     if torch_side is not None:
         header.append(f"compared with {torch_side.version()}")
     for line in header:

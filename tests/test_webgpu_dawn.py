@@ -9,7 +9,8 @@ naga (it rejected a constant inf that naga took), and the browser runs these
 same sources.
 
 Needs Node, ``npm install --prefix tests/dawn`` and SwiftShader's Vulkan driver
-(Debian's chromium package ships it); skipped when they are missing.  (Running
+(Debian's chromium package ships it); skipped when they are missing, except
+under CI=true, where .ci/run installs them and their absence fails.  (Running
 the kernels there too was tried: dawn.node aborted in SwiftShader's thread pool
 on this machine, so only compilation is checked.)
 """
@@ -35,8 +36,11 @@ def _dawn_env():
     node = shutil.which("node")
     icd = next((p for p in ICD_CANDIDATES if p and os.path.exists(p)), None)
     if node is None or icd is None or not (HERE / "node_modules" / "webgpu").is_dir():
-        pytest.skip("Dawn check needs node, `npm install --prefix tests/dawn` and SwiftShader's ICD "
-                    "(apt-get install chromium)")
+        msg = ("Dawn check needs node, `npm ci --prefix tests/dawn` and SwiftShader's ICD "
+               "(apt-get install chromium)")
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(msg + "; .ci/run installs them, so they are required under CI=true")
+        pytest.skip(msg)
     return node, dict(os.environ, VK_ICD_FILENAMES=icd)
 
 
