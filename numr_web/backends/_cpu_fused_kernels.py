@@ -882,10 +882,12 @@ def finish_forward(mean64, m264, M, eps, w, b, mean_out, rstd_out, mhi_nc, scale
 
 
 @njit(cache=True)
-def backward_coefficients(mean_in, rstd_in, w, b, mhi_nc, scale_nc, shift_nc, proto):
-    """Per-(n, c) mean_hi, scale = rstd*w and shift = b - mean_lo*scale from the saved stats."""
+def backward_coefficients(mean_in, rstd_in, w, b, R, mhi_nc, scale_nc, shift_nc, proto):
+    """Per-(n, c) mean_hi, scale = rstd*w and shift = b - mean_lo*scale from the saved stats,
+    written R times along each row of the (N, R*C) outputs (super-row tiles; R=1: (N, C))."""
     N, G = mean_in.shape
-    Cg = w.shape[0] // G
+    C = w.shape[0]
+    Cg = C // G
     for n in range(N):
         for g in range(G):
             rstd = np.float64(rstd_in[n, g])
@@ -893,15 +895,17 @@ def backward_coefficients(mean_in, rstd_in, w, b, mhi_nc, scale_nc, shift_nc, pr
             for j in range(Cg):
                 c = g * Cg + j
                 sc = rstd * w[c]
-                mhi_nc[n, c] = mhi
-                scale_nc[n, c] = sc
-                shift_nc[n, c] = b[c] - np.float64(mlo) * sc
+                for r in range(R):
+                    mhi_nc[n, r * C + c] = mhi
+                    scale_nc[n, r * C + c] = sc
+                    shift_nc[n, r * C + c] = b[c] - np.float64(mlo) * sc
 
 
 @njit(cache=True)
-def finish_backward(ds_nc, db_nc, sx_nc, mean_in, rstd_in, refine, refine_above, w, M, beta_nc,
+def finish_backward(ds_nc, db_nc, sx_nc, mean_in, rstd_in, refine, refine_above, w, M, R, beta_nc,
                     gamma_nc, dw, dbias, proto):
-    """Per-(n, c) sums -> dx coefficients beta/gamma per (n, c), dweight/dbias (float64)."""
+    """Per-(n, c) sums -> dx coefficients beta/gamma (written R times along each row of the
+    (N, R*C) outputs), dweight/dbias (float64)."""
     N, C = ds_nc.shape
     G = mean_in.shape[1]
     Cg = C // G
@@ -929,8 +933,9 @@ def finish_backward(ds_nc, db_nc, sx_nc, mean_in, rstd_in, refine, refine_above,
             gamma = rstd * rstd * bb * mlo - rstd * a
             for j in range(Cg):
                 c = g * Cg + j
-                beta_nc[n, c] = beta
-                gamma_nc[n, c] = gamma
+                for r in range(R):
+                    beta_nc[n, r * C + c] = beta
+                    gamma_nc[n, r * C + c] = gamma
                 dw[c] += rstd * (ds_nc[n, c] - mlo * db_nc[n, c])
                 dbias[c] += db_nc[n, c]
 

@@ -359,45 +359,46 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
                           w64, b64, G, silu, refine, REFINE_ABOVE, ds, db, mlo_used, dw64, db64, proto)
         return (dx,) + _affine_out(dw64, db64, weight)
 
-    mhi_nc = np.empty((N, C), acc)
-    scale_nc = np.empty((N, C), acc)
-    shift_nc = np.empty((N, C), acc)
-    k.backward_coefficients(mean_a, rstd_a, w64, b64, mhi_nc, scale_nc, shift_nc, proto)
-    if layout == "nchw":
-        P = _pieces_nchw(N, C, S)
-        x3 = _kernel_view(x.reshape(N, C, S))
-        dy3 = _kernel_view(dy.reshape(N, C, S))
-        dx3 = _kernel_view(dx.reshape(N, C, S))
-        pds = np.empty((N, C, P), np.float64)
-        pdb = np.empty((N, C, P), np.float64)
-        psx = np.empty((N, C, P), np.float64)
-        k.nchw_piece_bwd_sums(dy3, x3, P, mhi_nc, scale_nc, shift_nc, silu, pds.reshape(-1),
-                              pdb.reshape(-1), psx.reshape(-1))
-        axis = 2
-    else:
+    if layout == "nhwc":
         x3 = _kernel_view(_channels_last_buffer(x))
         dy3 = _kernel_view(_channels_last_buffer(dy))
         dx3 = _kernel_view(_channels_last_buffer(dx))
         S = x3.shape[1]
+        R = _superrow_factor(S, C)
+    else:
+        x3 = _kernel_view(x.reshape(N, C, S))
+        dy3 = _kernel_view(dy.reshape(N, C, S))
+        dx3 = _kernel_view(dx.reshape(N, C, S))
+        R = 1
+    # per-(n, c) coefficients; channels-last keeps them as super-row tiles (N, R*C) whose
+    # first C entries are the per-channel values the sums use
+    mT = np.empty((N, R * C), acc)
+    sT = np.empty((N, R * C), acc)
+    hT = np.empty((N, R * C), acc)
+    k.backward_coefficients(mean_a, rstd_a, w64, b64, R, mT, sT, hT, proto)
+    if layout == "nchw":
+        P = _pieces_nchw(N, C, S)
+        pds = np.empty((N, C, P), np.float64)
+        pdb = np.empty((N, C, P), np.float64)
+        psx = np.empty((N, C, P), np.float64)
+        k.nchw_piece_bwd_sums(dy3, x3, P, mT, sT, hT, silu, pds.reshape(-1), pdb.reshape(-1),
+                              psx.reshape(-1))
+        axis = 2
+    else:
         P = _pieces_nhwc(N, S, C)
         pds = np.empty((N, P, C), np.float64)
         pdb = np.empty((N, P, C), np.float64)
         psx = np.empty((N, P, C), np.float64)
-        k.nhwc_bwd_sums(dy3, x3, P, mhi_nc, scale_nc, shift_nc, silu, pds, pdb, psx, proto)
+        k.nhwc_bwd_sums(dy3, x3, P, mT, sT, hT, silu, pds, pdb, psx, proto)
         axis = 1
-    beta_nc = np.empty((N, C), acc)
-    gamma_nc = np.empty((N, C), acc)
+    bT = np.empty((N, R * C), acc)
+    gT = np.empty((N, R * C), acc)
     k.finish_backward(pds.sum(axis=axis), pdb.sum(axis=axis), psx.sum(axis=axis), mean_a, rstd_a,
-                      refine, REFINE_ABOVE, w64, M, beta_nc, gamma_nc, dw64, db64, proto)
+                      refine, REFINE_ABOVE, w64, M, R, bT, gT, dw64, db64, proto)
     if layout == "nchw":
-        k.nchw_piece_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, scale_nc, beta_nc,
-                               gamma_nc, silu)
+        k.nchw_piece_bwd_apply(dy3, x3, dx3, P, mT, sT, hT, sT, bT, gT, silu)
     else:
-        R = _superrow_factor(S, C)
         Q = S // R
-        tile = lambda a: np.tile(a, (1, R))
-        sT = tile(scale_nc)
         k.nhwc_bwd_apply(_superrows(dy3, R), _superrows(x3, R), _superrows(dx3, R),
-                         _pieces_nhwc(N, Q, R * C), tile(mhi_nc), sT, tile(shift_nc), sT,
-                         tile(beta_nc), tile(gamma_nc), silu)
+                         _pieces_nhwc(N, Q, R * C), mT, sT, hT, sT, bT, gT, silu)
     return (dx,) + _affine_out(dw64, db64, weight)
