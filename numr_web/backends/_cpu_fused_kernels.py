@@ -669,8 +669,10 @@ def nhwc_piece_moments(x3, P, pmean, pm2, proto):
         s2 = np.zeros(C, dtype=np.float64)
         _rows_shifted_sums(x3, n, r0, r1, K, a1, a2, s1, s2)
         R = r1 - r0
+        redo = np.zeros(C, dtype=np.bool_)
+        _block_moments(s1, s2, K, R, pmean, pm2, n, k, redo)
         for c in range(C):
-            if _needs_redo(s1[c], s2[c], R):
+            if redo[c]:
                 # poor shift or overflow: exact float64 two-pass of this channel's block (rare)
                 t0 = 0.0
                 for r in range(R):
@@ -685,23 +687,34 @@ def nhwc_piece_moments(x3, P, pmean, pm2, proto):
                 m1 = t1 / R
                 pmean[n, k, c] = mu + m1
                 pm2[n, k, c] = max(t2 - t1 * m1, 0.0)
-                continue
-            m1 = s1[c] / R
-            pmean[n, k, c] = np.float64(K[c]) + m1
-            pm2[n, k, c] = max(s2[c] - s1[c] * m1, 0.0)
 
 
-@njit(parallel=True, cache=True)
-def nhwc_finish_forward(pmean, pm2, counts, G, M, eps, w, b, R, mean_out, rstd_out, mT, sT, hT,
-                        proto):
-    """Per (n, g), in parallel: Chan-merge the (N, P, C) block moments in a fixed order, write
-    mean/rstd, and the apply coefficients of the group's channels into the super-row tiles
-    mT/sT/hT (N, R*C)."""
-    N, P, C = pmean.shape
+@njit(cache=True)
+def _block_moments(s1, s2, K, R, pmean, pm2, n, k, redo):
+    """Shifted sums of one block -> per-channel (mean, M2), and which channels need the exact
+    redo.  Branch-free, so it vectorizes (a scalar loop here cost more than the block's sums
+    when C is large and blocks are short)."""
+    C = s1.shape[0]
+    for c in range(C):
+        a = s1[c]
+        q = s2[c]
+        m1 = a / R
+        var = q / R - m1 * m1
+        pmean[n, k, c] = np.float64(K[c]) + m1
+        pm2[n, k, c] = max(q - a * m1, 0.0)
+        redo[c] = (m1 * m1 > 8.0 * var) | ((np.abs(a) < np.inf) & ~(np.abs(q) < np.inf))
+
+
+@njit(cache=True)
+def _nhwc_coefficients(pmean, pm2, counts, n, G, M, eps, w, b, R, mT, sT, hT, mean_out, rstd_out,
+                       write_stats, proto):
+    """Sample n: Chan-merge the (P, C) block moments of each group in a fixed order, and write
+    the apply coefficients of every channel into the super-row tiles mT/sT/hT (R*C,);
+    mean/rstd too when write_stats."""
+    P = pmean.shape[1]
+    C = pmean.shape[2]
     Cg = C // G
-    for t in prange(N * G):
-        n = t // G
-        g = t % G
+    for g in range(G):
         tot = 0.0
         sm = 0.0
         for k in range(P):
@@ -715,8 +728,9 @@ def nhwc_finish_forward(pmean, pm2, counts, G, M, eps, w, b, R, mean_out, rstd_o
                 d = pmean[n, k, g * Cg + j] - mean
                 q += pm2[n, k, g * Cg + j] + counts[k] * d * d
         rstd = 1.0 / np.sqrt(q / M + eps)
-        mean_out[n, g] = mean
-        rstd_out[n, g] = rstd
+        if write_stats:
+            mean_out[n, g] = mean
+            rstd_out[n, g] = rstd
         mhi, mlo = _split_mean(mean, proto)
         for j in range(Cg):
             c = g * Cg + j
@@ -724,21 +738,30 @@ def nhwc_finish_forward(pmean, pm2, counts, G, M, eps, w, b, R, mean_out, rstd_o
             scale = _acc(sc, proto)
             shift = _acc(b[c] - np.float64(mlo) * sc, proto)
             for r in range(R):
-                mT[n, r * C + c] = mhi
-                sT[n, r * C + c] = scale
-                hT[n, r * C + c] = shift
+                mT[r * C + c] = mhi
+                sT[r * C + c] = scale
+                hT[r * C + c] = shift
 
 
 @njit(parallel=True, cache=True)
-def nhwc_apply(x4, y4, P, mT, sT, hT, silu):
-    """x4/y4: the (N, S, C) buffers viewed as (N, S/R, R*C) "super-rows" of R whole rows;
-    mT/sT/hT: (N, R*C) per-channel mean_hi/scale/shift repeated R times.  One vector loop
-    per super-row instead of one per row (a row of 64 channels is only four vectors)."""
+def nhwc_apply(x4, y4, P, pmean, pm2, counts, G, M, eps, w, b, mean_out, rstd_out, silu, proto):
+    """x4/y4: the (N, S, C) buffers viewed as (N, S/R, R*C) "super-rows" of R whole rows.  Each
+    work item merges its sample's block moments into per-channel coefficients repeated R times
+    (cheap next to the item's share of the data; it saves a parallel region), then applies them
+    with one vector loop per super-row instead of one per row (a row of 64 channels is only
+    four vectors)."""
     N, Q, T = x4.shape
+    C = pmean.shape[2]
+    R = T // C
     L = (Q + P - 1) // P
     for it in prange(N * P):
         n = it // P
         k = it % P
+        mT = _acc_empty(T, proto)
+        sT = _acc_empty(T, proto)
+        hT = _acc_empty(T, proto)
+        _nhwc_coefficients(pmean, pm2, counts, n, G, M, eps, w, b, R, mT, sT, hT, mean_out, rstd_out,
+                           k == 0, proto)
         _apply_superrows(x4, y4, n, k * L, min(Q, k * L + L), mT, sT, hT, silu)
 
 
@@ -748,11 +771,11 @@ def _apply_superrows(x4, y4, n, q0, q1, mT, sT, hT, silu):
     for q in range(q0, q1):
         if silu:
             for i in range(T):
-                z = (_load(x4[n, q, i]) - mT[n, i]) * sT[n, i] + hT[n, i]
+                z = (_load(x4[n, q, i]) - mT[i]) * sT[i] + hT[i]
                 y4[n, q, i] = _store(z * _silu_parts(z), y4)
         else:
             for i in range(T):
-                y4[n, q, i] = _store((_load(x4[n, q, i]) - mT[n, i]) * sT[n, i] + hT[n, i], y4)
+                y4[n, q, i] = _store((_load(x4[n, q, i]) - mT[i]) * sT[i] + hT[i], y4)
 
 
 @njit(fastmath=_RED, cache=True)

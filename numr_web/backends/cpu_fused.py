@@ -279,13 +279,9 @@ def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
         k.nhwc_piece_moments(x3, P, pmean, pm2, proto)
         R = _superrow_factor(S, C)
         Q = S // R
-        mT = np.empty((N, R * C), acc)
-        sT = np.empty((N, R * C), acc)
-        hT = np.empty((N, R * C), acc)
-        k.nhwc_finish_forward(pmean, pm2, _piece_counts(S, P), G, M, eps, w64, b64, R, mean, rstd,
-                              mT, sT, hT, proto)
         k.nhwc_apply(_superrows(x3, R), _superrows(_kernel_view(_channels_last_buffer(y)), R),
-                     _pieces_nhwc(N, Q, R * C), mT, sT, hT, silu)
+                     _pieces_nhwc(N, Q, R * C), pmean, pm2, _piece_counts(S, P), G, M, eps, w64, b64,
+                     mean, rstd, silu, proto)
         return y, mean, rstd
 
     # NCHW with few or huge groups: spatial pieces of each channel, merged per group
