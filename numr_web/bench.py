@@ -138,6 +138,12 @@ def run_bench(args) -> int:
               f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}"]
     if torch_side is not None:
         header.append(f"compared with {torch_side.version()}")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    if load is not None:
+        header.append(f"1-minute load average at start: {load:.2f}")
+        if load > 1.0:
+            header.append("warning: other processes are busy; parallel timings (ours and torch's) inflate "
+                          "and ratios drift -- rerun on an idle machine")
     for line in header:
         print(line)
 

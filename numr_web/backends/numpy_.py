@@ -381,6 +381,7 @@ class NumpyBackend(Backend):
             d["cpu path"] = f"error: {exc}"
         if ok:
             d["numba threading layer"] = _fused().threading_layer()
+            d["numba threads"] = _fused().num_threads()
         return d
 
     def from_numpy(self, array):

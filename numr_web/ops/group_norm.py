@@ -101,6 +101,8 @@ def _check_affine(value, name, channels, x):
 
 
 def _check_same_device(**arrays):
+    if all(v is None or type(v) is np.ndarray for v in arrays.values()):
+        return  # the common case, without the per-array device lookup
     present = {k: v for k, v in arrays.items() if v is not None}
     devices = {k: device_of(v) for k, v in present.items()}
     if len(set(devices.values())) > 1:
@@ -110,7 +112,7 @@ def _check_same_device(**arrays):
 
 def _normalize_layout(a):
     """Arrays whose layout is neither NCHW nor channels-last are copied to NCHW."""
-    if a is None or a.ndim < 2:
+    if a is None or a.ndim < 2 or (type(a) is np.ndarray and a.flags.c_contiguous):
         return a
     if memory_layout(a.shape, a.strides, a.dtype.itemsize) == "other":
         be = backend_for(a)
