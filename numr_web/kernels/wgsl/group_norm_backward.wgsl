@@ -12,6 +12,7 @@
 // Item partials go through global memory (PART), so any channel count works;
 // every sum has a fixed order (deterministic, no atomics).
 //!include group_norm_common.wgsl
+//!include group_norm_coef.wgsl
 @group(0) @binding(0) var<storage, read> X: array<ST_X>;
 @group(0) @binding(1) var<storage, read> DY: array<ST_DY>;
 @group(0) @binding(2) var<storage, read_write> DX: array<ST_DX>;
@@ -113,15 +114,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     var resid = 0.0;
     for (var i = 0u; i < WG; i++) { resid += wg_res[i]; }
-    let am = abs(mean);
-    let ulp = bitcast<f32>(bitcast<u32>(am) + 1u) - am;
-    var lo = resid * p.inv_m;
-    if (!(abs(lo) <= ulp)) { lo = 0.0; }
-    let bq = rstd * (sgx - lo * sg) * p.inv_m;
-    let c1 = -rstd * rstd * bq;
-    let c0 = rstd * rstd * bq * lo - rstd * sg * p.inv_m;
-    COEF[gg] = vec4<f32>(c0, c1, lo, 0.0);
-    wg_coef = vec2<f32>(c0, c1);
+    let cf = backward_coefficients(mean, rstd, sgx, sg, resid, p.inv_m);
+    COEF[gg] = vec4<f32>(cf, 0.0);
+    wg_coef = cf.xy;
   }
   let cf = workgroupUniformLoad(&wg_coef);
 

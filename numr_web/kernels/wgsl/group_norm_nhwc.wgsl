@@ -14,6 +14,7 @@
 // overflow, rescaled) second pass when needed, compensated apply; closed-form
 // backward with the saved mean's lost low part restored.
 // Constants: SILU, AFFINE, WG, MAXGB (workgroup array size, >= GB).
+//!include group_norm_coef.wgsl
 struct Params {
   C: u32, HW: u32, G: u32, Cg: u32,
   A: u32,        // channel quads in a block
@@ -275,15 +276,9 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
       let st = wg_grp[j];
       let mean = st.z;
       let rstd = st.w;
-      let am = abs(mean);
-      let ulp = bitcast<f32>(bitcast<u32>(am) + 1u) - am;
-      var lo = resid * p.inv_m;
-      if (!(abs(lo) <= ulp)) { lo = 0.0; }
-      let bq = rstd * (sgx - lo * sg) * p.inv_m;
-      let c1 = -rstd * rstd * bq;
-      let c0 = rstd * rstd * bq * lo - rstd * sg * p.inv_m;
-      COEF[blk.n * p.G + blk.g0 + j] = vec4<f32>(c0, c1, lo, 0.0);
-      wg_grp[j] = vec4<f32>(c0, c1, mean, rstd);
+      let cf = backward_coefficients(mean, rstd, sgx, sg, resid, p.inv_m);
+      COEF[blk.n * p.G + blk.g0 + j] = vec4<f32>(cf, 0.0);
+      wg_grp[j] = vec4<f32>(cf.xy, mean, rstd);
     }
   }
   workgroupBarrier();
