@@ -45,6 +45,12 @@ struct Params {
 
 // per group of the block: forward (K, S1/M, var, redo), backward (c0, c1, mean, rstd)
 var<workgroup> wg_grp: array<vec4<f32>, MAXGB>;
+
+// The per-group records of a quad's four lanes (groups lg.x .. lg.w), one vec4 per
+// record component: [0] holds the four .x, [1] the four .y, and so on.
+fn lane_records(lg: vec4<u32>) -> mat4x4<f32> {
+  return transpose(mat4x4<f32>(wg_grp[lg.x], wg_grp[lg.y], wg_grp[lg.z], wg_grp[lg.w]));
+}
 var<workgroup> wg_scale: array<f32, MAXGB>;
 var<workgroup> wg_flag: f32;
 
@@ -94,7 +100,7 @@ fn stat_pass(bl_local: u32, blk: Blk, lid: u32) {
   for (var it = lid; it < p.items; it += WG) {
     let r = item_range(it);
     let lg = lane_groups(r.x);
-    let k = vec4<f32>(wg_grp[lg.x].x, wg_grp[lg.y].x, wg_grp[lg.z].x, wg_grp[lg.w].x);
+    let k = lane_records(lg)[0];
     let sc = vec4<f32>(wg_scale[lg.x], wg_scale[lg.y], wg_scale[lg.z], wg_scale[lg.w]);
     let u0 = blk.base + blk.c0 + 4u * r.x;
     var s1 = vec4<f32>(0.0);
@@ -188,14 +194,11 @@ fn forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
   for (var it = lid; it < p.items; it += WG) {
     let r = item_range(it);
     let lg = lane_groups(r.x);
-    let s0 = wg_grp[lg.x];
-    let s1 = wg_grp[lg.y];
-    let s2 = wg_grp[lg.z];
-    let s3 = wg_grp[lg.w];
-    let hi = vec4<f32>(s0.x, s1.x, s2.x, s3.x);
-    let lo = vec4<f32>(s0.y, s1.y, s2.y, s3.y);
+    let rec = lane_records(lg);
+    let hi = rec[0];
+    let lo = rec[1];
     let c = blk.c0 + 4u * r.x;
-    let scale = wv(c) * vec4<f32>(s0.z, s1.z, s2.z, s3.z);
+    let scale = wv(c) * rec[2];
     let shift = bv(c) - lo * scale;
     let u0 = blk.base + c;
     for (var t = r.y; t < r.z; t++) {
@@ -221,13 +224,10 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
   for (var it = lid; it < p.items; it += WG) {
     let r = item_range(it);
     let lg = lane_groups(r.x);
-    let g0 = wg_grp[lg.x];
-    let g1 = wg_grp[lg.y];
-    let g2 = wg_grp[lg.z];
-    let g3 = wg_grp[lg.w];
-    let mean = vec4<f32>(g0.z, g1.z, g2.z, g3.z);
+    let rec = lane_records(lg);
+    let mean = rec[2];
     let c = blk.c0 + 4u * r.x;
-    let scale = wv(c) * vec4<f32>(g0.w, g1.w, g2.w, g3.w);
+    let scale = wv(c) * rec[3];
     let shift = bv(c);
     let u0 = blk.base + c;
     var ds = vec4<f32>(0.0);
@@ -285,15 +285,12 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
   for (var it = lid; it < p.items; it += WG) {
     let r = item_range(it);
     let lg = lane_groups(r.x);
-    let g0 = wg_grp[lg.x];
-    let g1 = wg_grp[lg.y];
-    let g2 = wg_grp[lg.z];
-    let g3 = wg_grp[lg.w];
-    let c0 = vec4<f32>(g0.x, g1.x, g2.x, g3.x);
-    let c1 = vec4<f32>(g0.y, g1.y, g2.y, g3.y);
-    let mean = vec4<f32>(g0.z, g1.z, g2.z, g3.z);
+    let rec = lane_records(lg);
+    let c0 = rec[0];
+    let c1 = rec[1];
+    let mean = rec[2];
     let c = blk.c0 + 4u * r.x;
-    let scale = wv(c) * vec4<f32>(g0.w, g1.w, g2.w, g3.w);
+    let scale = wv(c) * rec[3];
     let shift = bv(c);
     let u0 = blk.base + c;
     for (var t = r.y; t < r.z; t++) {
