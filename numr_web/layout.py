@@ -13,8 +13,6 @@ descriptions fit (no spatial extent, a single channel...) ``"nchw"`` wins.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 try:  # bfloat16 for NumPy; a declared dependency, but keep import light and optional
@@ -71,8 +69,3 @@ def memory_layout(shape, strides, itemsize) -> str:
             return "nhwc"
     return "other"
 
-
-def group_size(shape, num_groups) -> int:
-    """Elements per (n, g) group."""
-    spatial = math.prod(int(n) for n in shape[2:])
-    return (int(shape[1]) // num_groups) * spatial

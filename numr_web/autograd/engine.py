@@ -5,7 +5,7 @@ import numbers
 
 from numr_web.autograd.function import set_grad_enabled
 from numr_web.autograd.tensor import Tensor
-from numr_web.backends import backend_for, device_of
+from numr_web.backends import backend_for
 
 
 def _seed(output: Tensor, grad):
@@ -137,15 +137,4 @@ def grad(outputs, inputs, grad_outputs=None, create_graph: bool = False, allow_u
             )
         result.append(g if (g is None or create_graph) else g.detach())
     return result
-
-
-def same_device(*arrays, names=None):
-    """Raise a clear error when arrays live on different devices."""
-    devs = [device_of(a) for a in arrays if a is not None]
-    if len(set(devs)) > 1:
-        from numr_web.errors import DeviceMismatch
-
-        labels = names or [f"argument {i}" for i in range(len(arrays))]
-        detail = ", ".join(f"{n} on {device_of(a)!r}" for n, a in zip(labels, arrays) if a is not None)
-        raise DeviceMismatch(f"arrays on different devices: {detail}; move them with numr_web.to_device")
 

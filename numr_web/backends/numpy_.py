@@ -121,7 +121,7 @@ def refine_mean(mean_hi, residual_sum, m, ct):
 
 # -- statistics ---------------------------------------------------------------
 
-def group_statistics(xv, eps: float, ct):
+def group_statistics(xv, ct):
     """Mean (float64), variance (float64) of each (n, g) of a group view ``xv``."""
     n, g, cpg, s = xv.shape
     m = cpg * s
@@ -223,7 +223,7 @@ def numpy_forward(x, weight, bias, num_groups, eps, activation=None):
     xv = group_view(x, num_groups)
     n, g, cpg, _ = xv.shape
     stats = fast_statistics(x, num_groups, ct) if x.flags.c_contiguous else None
-    mean, var = stats if stats is not None else group_statistics(xv, eps, ct)
+    mean, var = stats if stats is not None else group_statistics(xv, ct)
     rstd64 = 1.0 / np.sqrt(var + eps)
     mean_hi, mean_lo = split_mean(mean, ct)
     rstd = rstd64.astype(ct)
