@@ -245,14 +245,19 @@ def _use_group_path(layout, N, G, M):
     return layout == "nchw" and N * G >= MIN_GROUP_ITEMS and M <= GROUP_MAX
 
 
-def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
-    """Return ``(y, mean, rstd)``; see ``numr_web.backends.base.Backend``."""
-    x, layout = _layout(np.asarray(x))
+def _dims(x, num_groups):
+    """(N, C, G, S, C/G, M) of an (N, C, *spatial) array; M = elements per group."""
     N, C = int(x.shape[0]), int(x.shape[1])
     G = int(num_groups)
     S = math.prod(x.shape[2:])
     cg = C // G
-    M = cg * S
+    return N, C, G, S, cg, cg * S
+
+
+def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
+    """Return ``(y, mean, rstd)``; see ``numr_web.backends.base.Backend``."""
+    x, layout = _layout(np.asarray(x))
+    N, C, G, S, cg, M = _dims(x, num_groups)
     acc, proto = _acc_info(x.dtype)
     silu = activation == "silu"
     y = _empty_like_layout(x, layout)
@@ -319,11 +324,7 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
     if dy.dtype != x.dtype:
         dy = dy.astype(x.dtype)
     dy = _as_layout(dy, layout)
-    N, C = int(x.shape[0]), int(x.shape[1])
-    G = int(num_groups)
-    S = math.prod(x.shape[2:])
-    cg = C // G
-    M = cg * S
+    N, C, G, S, cg, M = _dims(x, num_groups)
     acc, proto = _acc_info(x.dtype)
     silu = activation == "silu"
     dx = _empty_like_layout(x, layout)
