@@ -144,3 +144,21 @@ def test_huge_values_do_not_overflow_statistics(runner, rng):
     yr, mr, rr = ref_forward(x, 2)
     assert np.all(np.isfinite(runner.get(y)))
     assert rel_err(runner.get(y), yr) < 1e-5
+
+
+@pytest.mark.parametrize("zero_weight", [False, True])
+@pytest.mark.parametrize("spatial", [(8, 8), (32, 32)])
+def test_backward_long_and_short_rows(runner, rng, spatial, zero_weight):
+    # The NumPy path combines dx differently for rows of at least 1024 elements (the per-channel
+    # coefficient factored out) and falls back to the plain form when a weight is zero.
+    x = rng.standard_normal((2, 8) + spatial).astype(np.float32)
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    w = rng.standard_normal(8).astype(np.float32)
+    if zero_weight:
+        w[3] = 0.0
+    y, mean, rstd = numr_web.ops.group_norm_forward(runner.put(x), runner.put(w), None, 4, 1e-5)
+    dx, dw, db = numr_web.ops.group_norm_backward(runner.put(dy), runner.put(x), mean, rstd, runner.put(w), 4)
+    dxr, dwr, dbr = ref_backward(dy, x, 4, w)
+    assert rel_err(runner.get(dx), dxr) < 1e-5
+    assert rel_err(runner.get(dw), dwr) < 1e-5
+    assert rel_err(runner.get(db), dbr) < 1e-5

@@ -19,6 +19,7 @@ Numerics (shared with the WGSL, CUDA and Numba kernels):
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 
@@ -119,6 +120,28 @@ def refine_mean(mean_hi, residual_sum, m, ct):
     return lo.astype(ct)
 
 
+@contextlib.contextmanager
+def _row_loops(s):
+    """Let broadcasting loops over rows of ``s`` elements run unbuffered.
+
+    A per-row coefficient broadcast along a row (``x * scale[:, None]``) makes
+    NumPy's iterator copy the coefficient into buffers of ``np.getbufsize()``
+    elements (8192) when rows are shorter than that, which halves the speed of
+    the loop (measured: 1280 rows of 1024, 226 us buffered, 123 us not).  A
+    buffer size of at most ``s`` leaves one SIMD inner loop per row.  Short
+    rows (under 512) are better served by the buffers, so they keep them.
+    The setting is per thread (NumPy keeps it with the errstate).
+    """
+    if s < 512:
+        yield
+        return
+    old = np.setbufsize(min(8192, s - s % 16))
+    try:
+        yield
+    finally:
+        np.setbufsize(old)
+
+
 # -- statistics ---------------------------------------------------------------
 
 def group_statistics(xv, ct):
@@ -188,10 +211,20 @@ def _centered_affine(xv, mean_hi, scale, shift, ct, out=None):
     return t
 
 
+def _row_dots(a, b):
+    """Dot product of each row of ``a`` with the same row of ``b`` (C-contiguous 2-D arrays)."""
+    if _vecdot is not None:
+        return _vecdot(a, b)
+    return np.einsum("ij,ij->i", a, b)
+
+
+_vecdot = getattr(np, "vecdot", None)  # NumPy >= 2.0; 1.1 to 2 times as fast as einsum here
+
+
 def _row_sums(rows, ct):
-    """Sum and sum of squares of each row of a C-contiguous 2-D array (BLAS gemv and a dot loop)."""
+    """Sum and sum of squares of each row of a C-contiguous 2-D array (BLAS gemv and row dots)."""
     ones = np.ones(rows.shape[1], ct)
-    return (rows @ ones).astype(np.float64), np.einsum("ij,ij->i", rows, rows).astype(np.float64)
+    return (rows @ ones).astype(np.float64), _row_dots(rows, rows).astype(np.float64)
 
 
 def fast_statistics(x, num_groups, ct):
@@ -233,7 +266,7 @@ def numpy_forward(x, weight, bias, num_groups, eps, activation=None):
     yv = group_view(y, num_groups)
     if y.size:
         direct = yv if y.dtype == ct else None
-        with np.errstate(invalid="ignore", over="ignore"):
+        with np.errstate(invalid="ignore", over="ignore"), _row_loops(xv.shape[3]):
             finite = np.abs(mean) * rstd64
             plain = ct == np.float64 or not np.any(finite > _PLAIN_APPLY_LIMIT)
             if plain:
@@ -264,7 +297,7 @@ def numpy_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=None)
     if (activation is None and x.flags.c_contiguous and dy.flags.c_contiguous and x.size and m > 1
             and np.nanmax(np.abs(mean_hi) * rstd) <= _POOR_SHIFT):
         return _backward_uncentred(dy, x, dx, mean_hi, rstd, weight, num_groups, ct)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"), _row_loops(s):
         xc = np.subtract(xv, mean_hi[:, :, None, None], dtype=ct)
         if activation == "silu":
             scale, shift = _affine_coefficients(mean_hi, mean_lo, rstd, weight, bias, num_groups, cpg, ct)
@@ -331,7 +364,7 @@ def _backward_uncentred(dy, x, dx, mean_hi, rstd, weight, num_groups, ct):
         xr, dyr = xr.astype(ct), dyr.astype(ct)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         dbnc = (dyr @ np.ones(s, ct)).astype(np.float64).reshape(n, g, cpg)
-        ds = np.einsum("ij,ij->i", dyr, xr).astype(np.float64).reshape(n, g, cpg)
+        ds = _row_dots(dyr, xr).astype(np.float64).reshape(n, g, cpg)
         ds -= mean_hi.astype(np.float64)[:, :, None] * dbnc
         w64 = np.asarray(weight, np.float64).reshape(1, g, cpg) if weight is not None else 1.0
         r = rstd.astype(np.float64)
@@ -343,14 +376,9 @@ def _backward_uncentred(dy, x, dx, mean_hi, rstd, weight, num_groups, ct):
         c2 = -r * r * b
         # dx = c1 * dy + c2 * (x - mean_hi) - r * a
         c3 = -r * a - c2 * mean_hi.astype(np.float64)
-        xv4 = xr.reshape(n, g, cpg, s)
-        dyv4 = dyr.reshape(n, g, cpg, s)
         direct = dx.dtype == ct
         t = dx.reshape(n, g, cpg, s) if direct else np.empty((n, g, cpg, s), ct)
-        np.multiply(dyv4, c1.astype(ct)[..., None], out=t)
-        tmp = np.multiply(xv4, c2.astype(ct)[:, :, None, None])
-        t += tmp
-        t += c3.astype(ct)[:, :, None, None]
+        _combine_dx(t, dyr.reshape(n, g, cpg, s), xr.reshape(n, g, cpg, s), c1, c2, c3, ct)
         if not direct:
             dx.reshape(n, g, cpg, s)[...] = t
     if weight is None:
@@ -359,6 +387,36 @@ def _backward_uncentred(dy, x, dx, mean_hi, rstd, weight, num_groups, ct):
     dw = (r[:, :, None] * ds).sum(axis=0).reshape(-1).astype(wdt)
     db = dbnc.sum(axis=0).reshape(-1).astype(wdt)
     return dx, dw, db
+
+
+def _combine_dx(t, dyv, xv, c1, c2, c3, ct):
+    """t <- c1 * dy + c2 * x + c3 over (n, g, c/g, s) views; c1 per channel, c2 and c3 per group.
+
+    NumPy has no fused multiply-add, so two scaled inputs need a temporary.
+    For long rows (s >= 1024) factoring out c1 avoids it --
+    ``c1 * (dy + (c2/c1) * x + c3/c1)`` -- and is 10 to 25% faster measured
+    here; short rows are faster with the group-wide coefficients applied over
+    whole groups.  A zero or non-finite c1 (a zero weight) takes the plain form.
+    """
+    s = xv.shape[3]
+    c1_ = c1.astype(ct)[..., None]
+    if s >= 1024:
+        k2 = (c2[:, :, None] / c1).astype(ct)[..., None]
+        k3 = (c3[:, :, None] / c1).astype(ct)[..., None]
+        if np.all(np.isfinite(k2)) and np.all(np.isfinite(k3)):
+            with _row_loops(s):
+                np.multiply(xv, k2, out=t)
+                t += dyv
+                t += k3
+                t *= c1_
+            return
+    with _row_loops(s):
+        np.multiply(dyv, c1_, out=t)
+    n, g = t.shape[:2]
+    rows = t.reshape(n * g, -1)
+    with _row_loops(rows.shape[1]):
+        rows += np.multiply(xv.reshape(n * g, -1), c2.astype(ct).reshape(-1, 1))
+        rows += c3.astype(ct).reshape(-1, 1)
 
 
 class NumpyBackend(Backend):
