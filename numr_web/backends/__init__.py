@@ -65,6 +65,10 @@ def device_of(array) -> str:
 
 
 def backend_for(array):
+    if type(array) is np.ndarray:  # the common case, without the lookups
+        be = _loaded.get("cpu")
+        if be is not None:
+            return be
     return get_backend(device_of(array), require=False)
 
 

@@ -60,7 +60,20 @@ def cpu_path() -> str:
     return "fused" if ok else "numpy"
 
 
+_fused_status_cache = None
+
+
 def _fused_status():
+    global _fused_status_cache
+    if _fused_status_cache is not None:
+        return _fused_status_cache
+    status = _find_fused()
+    if status[0]:  # a missing Numba may be installed later in the session; a found one stays
+        _fused_status_cache = status
+    return status
+
+
+def _find_fused():
     try:
         from numr_web.backends import cpu_fused
     except ImportError as exc:

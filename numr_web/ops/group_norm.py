@@ -16,7 +16,7 @@ from numr_web.autograd.function import Function, is_grad_enabled
 from numr_web.autograd.tensor import Tensor
 from numr_web.backends import backend_for, device_of, is_array
 from numr_web.errors import DeviceMismatch, ShapeMismatch
-from numr_web.layout import BFLOAT16, is_supported_dtype, memory_layout
+from numr_web.layout import BFLOAT16, FLOAT_DTYPES, is_supported_dtype, memory_layout
 from numr_web.schema import AmpPolicy, OpSchema, register
 
 SCHEMA = register(OpSchema(
@@ -37,7 +37,13 @@ def _dtype_name(dtype) -> str:
     return "bfloat16" if BFLOAT16 is not None and np.dtype(dtype) == BFLOAT16 else str(np.dtype(dtype))
 
 
+#: NumPy float dtypes accepted as they are (the common case skips the generic checks)
+_NUMPY_FLOATS = frozenset(FLOAT_DTYPES)
+
+
 def _array(value, name, *, optional=False):
+    if type(value) is np.ndarray and value.dtype in _NUMPY_FLOATS:
+        return value
     if value is None:
         if optional:
             return None
@@ -60,6 +66,8 @@ def _array(value, name, *, optional=False):
 
 
 def _check_num_groups(num_groups, channels, shape):
+    if type(num_groups) is int and num_groups > 0 and channels % num_groups == 0:
+        return num_groups
     if isinstance(num_groups, bool) or not isinstance(num_groups, numbers.Integral):
         raise TypeError(f"num_groups: expected a positive integer, got {num_groups!r}")
     num_groups = int(num_groups)
@@ -74,6 +82,8 @@ def _check_num_groups(num_groups, channels, shape):
 
 
 def _check_eps(eps):
+    if type(eps) is float and 0.0 <= eps < math.inf:
+        return eps
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
         raise TypeError(f"eps: expected a non-negative finite number, got {eps!r}")
     eps = float(eps)
