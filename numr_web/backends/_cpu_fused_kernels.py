@@ -607,8 +607,11 @@ def nchw_piece_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, alpha_nc, 
 
 
 # ---------------------------------------------------------------------------
-# channels-last: x3 is the contiguous (N, S, C) buffer; work item (n, k) = rows
-# [k*L, (k+1)*L) of sample n; inner loops run over channels (contiguous)
+# channels-last: x3 is the contiguous (N, S, C) buffer; inner loops run over
+# channels (contiguous).  One kernel call per direction, with parallel regions
+# for (1) per-row-block sums, (2) per-sample merge into coefficient tiles and
+# (3) the elementwise pass over "super-rows" of R whole rows (R*C elements).
+# Work items are fixed by the shape (sample n, row block k), never by threads.
 # ---------------------------------------------------------------------------
 #: channels-last partial sums are flushed to float64 after this many rows
 ROWS_PER_FLUSH = 64
@@ -646,52 +649,8 @@ def _rows_shifted_sums(x3, n, r0, r1, K, a1, a2, s1, s2):
             s2[c] += np.float64(a2[c])
 
 
-@njit(parallel=True, cache=True)
-def nhwc_piece_moments(x3, P, pmean, pm2, proto):
-    """pmean/pm2: (N, P, C) float64 per-channel moments of each row block."""
-    N, S, C = x3.shape
-    L = (S + P - 1) // P
-    for it in prange(N * P):
-        n = it // P
-        k = it % P
-        r0 = k * L
-        r1 = min(S, r0 + L)
-        if r1 <= r0:
-            for c in range(C):
-                pmean[n, k, c] = 0.0
-                pm2[n, k, c] = 0.0
-            continue
-        K = _acc_empty(C, proto)
-        for c in range(C):
-            K[c] = _acc(_load(x3[n, r0, c]), proto)
-        a1 = _acc_empty(C, proto)
-        a2 = _acc_empty(C, proto)
-        s1 = np.zeros(C, dtype=np.float64)
-        s2 = np.zeros(C, dtype=np.float64)
-        _rows_shifted_sums(x3, n, r0, r1, K, a1, a2, s1, s2)
-        R = r1 - r0
-        redo = np.zeros(C, dtype=np.bool_)
-        _block_moments(s1, s2, K, R, pmean, pm2, n, k, redo)
-        for c in range(C):
-            if redo[c]:
-                # poor shift or overflow: exact float64 two-pass of this channel's block (rare)
-                t0 = 0.0
-                for r in range(R):
-                    t0 += np.float64(_load(x3[n, r0 + r, c]))
-                mu = t0 / R
-                t1 = 0.0
-                t2 = 0.0
-                for r in range(R):
-                    d = np.float64(_load(x3[n, r0 + r, c])) - mu
-                    t1 += d
-                    t2 += d * d
-                m1 = t1 / R
-                pmean[n, k, c] = mu + m1
-                pm2[n, k, c] = max(t2 - t1 * m1, 0.0)
-
-
 @njit(cache=True)
-def _block_moments(s1, s2, K, R, pmean, pm2, n, k, redo):
+def _channel_moments(s1, s2, K, R, cm, cq, redo):
     """Shifted sums of one block -> per-channel (mean, M2), and which channels need the exact
     redo.  Branch-free, so it vectorizes (a scalar loop here cost more than the block's sums
     when C is large and blocks are short)."""
@@ -701,88 +660,171 @@ def _block_moments(s1, s2, K, R, pmean, pm2, n, k, redo):
         q = s2[c]
         m1 = a / R
         var = q / R - m1 * m1
-        pmean[n, k, c] = np.float64(K[c]) + m1
-        pm2[n, k, c] = max(q - a * m1, 0.0)
+        cm[c] = np.float64(K[c]) + m1
+        cq[c] = max(q - a * m1, 0.0)
         redo[c] = (m1 * m1 > 8.0 * var) | ((np.abs(a) < np.inf) & ~(np.abs(q) < np.inf))
 
 
 @njit(cache=True)
-def _nhwc_coefficients(pmean, pm2, counts, n, G, M, eps, w, b, R, mT, sT, hT, mean_out, rstd_out,
-                       write_stats, proto):
-    """Sample n: Chan-merge the (P, C) block moments of each group in a fixed order, and write
-    the apply coefficients of every channel into the super-row tiles mT/sT/hT (R*C,);
-    mean/rstd too when write_stats."""
-    P = pmean.shape[1]
-    C = pmean.shape[2]
+def _block_group_moments(x3, n, r0, r1, G, gmean, gm2, k, proto):
+    """Rows [r0, r1) of sample n: per-channel moments (shifted sums, exact float64 redo where
+    the shift was poor or the squares overflowed), merged over each group's channels (equal
+    counts, fixed order) into gmean/gm2[n, k, g]."""
+    C = x3.shape[2]
+    Cg = C // G
+    R = r1 - r0
+    if R <= 0:
+        for g in range(G):
+            gmean[n, k, g] = 0.0
+            gm2[n, k, g] = 0.0
+        return
+    K = _acc_empty(C, proto)
+    for c in range(C):
+        K[c] = _acc(_load(x3[n, r0, c]), proto)
+    a1 = _acc_empty(C, proto)
+    a2 = _acc_empty(C, proto)
+    s1 = np.zeros(C, dtype=np.float64)
+    s2 = np.zeros(C, dtype=np.float64)
+    _rows_shifted_sums(x3, n, r0, r1, K, a1, a2, s1, s2)
+    cm = np.empty(C, dtype=np.float64)
+    cq = np.empty(C, dtype=np.float64)
+    redo = np.empty(C, dtype=np.bool_)
+    _channel_moments(s1, s2, K, R, cm, cq, redo)
+    for c in range(C):
+        if redo[c]:
+            # poor shift or overflow: exact float64 two-pass of this channel's block (rare)
+            t0 = 0.0
+            for r in range(r0, r1):
+                t0 += np.float64(_load(x3[n, r, c]))
+            mu = t0 / R
+            t1 = 0.0
+            t2 = 0.0
+            for r in range(r0, r1):
+                d = np.float64(_load(x3[n, r, c])) - mu
+                t1 += d
+                t2 += d * d
+            m1 = t1 / R
+            cm[c] = mu + m1
+            cq[c] = max(t2 - t1 * m1, 0.0)
+    for g in range(G):
+        sm = 0.0
+        for j in range(Cg):
+            sm += cm[g * Cg + j]
+        mu = sm / Cg
+        q = 0.0
+        for j in range(Cg):
+            d = cm[g * Cg + j] - mu
+            q += cq[g * Cg + j] + R * d * d
+        gmean[n, k, g] = mu
+        gm2[n, k, g] = q
+
+
+@njit(cache=True)
+def _fwd_sample_tiles(gmean, gm2, n, S, L, M, eps, w, b, R, mT, sT, hT, mean_out, rstd_out, proto):
+    """Sample n: Chan-merge the P row blocks of each group in order -> mean/rstd, and the apply
+    coefficients of every channel repeated R times in the super-row tiles mT/sT/hT (R*C,)."""
+    P = gmean.shape[1]
+    G = gmean.shape[2]
+    C = w.shape[0]
     Cg = C // G
     for g in range(G):
         tot = 0.0
         sm = 0.0
         for k in range(P):
-            for j in range(Cg):
-                tot += counts[k]
-                sm += counts[k] * pmean[n, k, g * Cg + j]
+            cnt = np.float64(max(0, min(S, k * L + L) - k * L) * Cg)
+            if cnt > 0:
+                tot += cnt
+                sm += cnt * gmean[n, k, g]
         mean = sm / tot
         q = 0.0
         for k in range(P):
-            for j in range(Cg):
-                d = pmean[n, k, g * Cg + j] - mean
-                q += pm2[n, k, g * Cg + j] + counts[k] * d * d
+            cnt = np.float64(max(0, min(S, k * L + L) - k * L) * Cg)
+            if cnt > 0:
+                d = gmean[n, k, g] - mean
+                q += gm2[n, k, g] + cnt * d * d
         rstd = 1.0 / np.sqrt(q / M + eps)
-        if write_stats:
-            mean_out[n, g] = mean
-            rstd_out[n, g] = rstd
+        mean_out[n, g] = mean
+        rstd_out[n, g] = rstd
         mhi, mlo = _split_mean(mean, proto)
         for j in range(Cg):
             c = g * Cg + j
             sc = rstd * w[c]
-            scale = _acc(sc, proto)
-            shift = _acc(b[c] - np.float64(mlo) * sc, proto)
-            for r in range(R):
-                mT[r * C + c] = mhi
-                sT[r * C + c] = scale
-                hT[r * C + c] = shift
-
-
-@njit(parallel=True, cache=True)
-def nhwc_apply(x4, y4, P, pmean, pm2, counts, G, M, eps, w, b, mean_out, rstd_out, silu, proto):
-    """x4/y4: the (N, S, C) buffers viewed as (N, S/R, R*C) "super-rows" of R whole rows.  Each
-    work item merges its sample's block moments into per-channel coefficients repeated R times
-    (cheap next to the item's share of the data; it saves a parallel region), then applies them
-    with one vector loop per super-row instead of one per row (a row of 64 channels is only
-    four vectors)."""
-    N, Q, T = x4.shape
-    C = pmean.shape[2]
-    R = T // C
-    L = (Q + P - 1) // P
-    for it in prange(N * P):
-        n = it // P
-        k = it % P
-        mT = _acc_empty(T, proto)
-        sT = _acc_empty(T, proto)
-        hT = _acc_empty(T, proto)
-        _nhwc_coefficients(pmean, pm2, counts, n, G, M, eps, w, b, R, mT, sT, hT, mean_out, rstd_out,
-                           k == 0, proto)
-        _apply_superrows(x4, y4, n, k * L, min(Q, k * L + L), mT, sT, hT, silu)
+            mT[c] = mhi
+            sT[c] = _acc(sc, proto)
+            hT[c] = _acc(b[c] - np.float64(mlo) * sc, proto)
+    for r in range(1, R):
+        for c in range(C):
+            mT[r * C + c] = mT[c]
+            sT[r * C + c] = sT[c]
+            hT[r * C + c] = hT[c]
 
 
 @njit(fastmath=_EW, cache=True)
-def _apply_superrows(x4, y4, n, q0, q1, mT, sT, hT, silu):
+def _apply_superrows(x4, y4, n, q0, q1, m, s, h, silu):
+    """y = (x - m) * s + h (then SiLU) over super-rows [q0, q1) of sample n; without SiLU four
+    super-rows share each load of the coefficients."""
     T = x4.shape[2]
-    for q in range(q0, q1):
-        if silu:
+    if silu:
+        for q in range(q0, q1):
             for i in range(T):
-                z = (_load(x4[n, q, i]) - mT[i]) * sT[i] + hT[i]
+                z = (_load(x4[n, q, i]) - m[i]) * s[i] + h[i]
                 y4[n, q, i] = _store(z * _silu_parts(z), y4)
-        else:
-            for i in range(T):
-                y4[n, q, i] = _store((_load(x4[n, q, i]) - mT[i]) * sT[i] + hT[i], y4)
+        return
+    q = q0
+    while q + 4 <= q1:
+        for i in range(T):
+            mi = m[i]
+            si = s[i]
+            hi = h[i]
+            y4[n, q, i] = _store((_load(x4[n, q, i]) - mi) * si + hi, y4)
+            y4[n, q + 1, i] = _store((_load(x4[n, q + 1, i]) - mi) * si + hi, y4)
+            y4[n, q + 2, i] = _store((_load(x4[n, q + 2, i]) - mi) * si + hi, y4)
+            y4[n, q + 3, i] = _store((_load(x4[n, q + 3, i]) - mi) * si + hi, y4)
+        q += 4
+    while q < q1:
+        for i in range(T):
+            y4[n, q, i] = _store((_load(x4[n, q, i]) - m[i]) * s[i] + h[i], y4)
+        q += 1
+
+
+@njit(parallel=True, cache=True)
+def nhwc_forward(x3, y3, G, P, R, PA, eps, w, b, mean_out, rstd_out, silu, proto):
+    """Channels-last forward in one call.  x3/y3: contiguous (N, S, C); P row blocks per sample
+    for the statistics; the apply runs over (N, S/R, R*C) super-rows cut into PA blocks."""
+    N, S, C = x3.shape
+    Cg = C // G
+    M = Cg * S
+    L = (S + P - 1) // P
+    gmean = np.empty((N, P, G), dtype=np.float64)
+    gm2 = np.empty((N, P, G), dtype=np.float64)
+    for it in prange(N * P):
+        n = it // P
+        k = it % P
+        r0 = min(S, k * L)
+        _block_group_moments(x3, n, r0, min(S, r0 + L), G, gmean, gm2, k, proto)
+    T = R * C
+    mT = _acc_empty(N * T, proto)
+    sT = _acc_empty(N * T, proto)
+    hT = _acc_empty(N * T, proto)
+    for n in prange(N):
+        _fwd_sample_tiles(gmean, gm2, n, S, L, M, eps, w, b, R, mT[n * T:(n + 1) * T],
+                          sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], mean_out, rstd_out, proto)
+    Q = S // R
+    x4 = x3.reshape(N, Q, T)
+    y4 = y3.reshape(N, Q, T)
+    LA = (Q + PA - 1) // PA
+    for it in prange(N * PA):
+        n = it // PA
+        q0 = min(Q, (it % PA) * LA)
+        _apply_superrows(x4, y4, n, q0, min(Q, q0 + LA), mT[n * T:(n + 1) * T],
+                         sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], silu)
 
 
 @njit(fastmath=_RED, cache=True)
-def _rows_bwd_sums(dy3, x3, n, r0, r1, mhi, sc, sh, silu, a1, a2, a3, s1, s2, s3):
-    """Per-channel sum dz*(x - mean_hi), sum dz, sum (x - mean_hi) over rows [r0, r1) of
-    sample n; four rows per update of the accumulator arrays where there is no SiLU."""
+def _rows_bwd_sums(dy3, x3, n, r0, r1, m, sc, sh, silu, with_sx, a1, a2, a3, s1, s2, s3):
+    """Per-channel sum dz*(x - mean_hi), sum dz and (with_sx) sum (x - mean_hi) over rows
+    [r0, r1) of sample n; m/sc/sh: per-channel mean_hi, scale, shift (C,).  Without SiLU four
+    rows per update of the accumulator arrays."""
     C = x3.shape[2]
     for q0 in range(r0, r1, ROWS_PER_FLUSH):
         q1 = min(r1, q0 + ROWS_PER_FLUSH)
@@ -792,26 +834,40 @@ def _rows_bwd_sums(dy3, x3, n, r0, r1, mhi, sc, sh, silu, a1, a2, a3, s1, s2, s3
             a3[c] = 0
         r = q0
         if not silu:
-            while r + 4 <= q1:
-                for c in range(C):
-                    m = mhi[n, c]
-                    d0 = _load(dy3[n, r, c])
-                    d1 = _load(dy3[n, r + 1, c])
-                    d2 = _load(dy3[n, r + 2, c])
-                    d3 = _load(dy3[n, r + 3, c])
-                    x0 = _load(x3[n, r, c]) - m
-                    x1 = _load(x3[n, r + 1, c]) - m
-                    x2 = _load(x3[n, r + 2, c]) - m
-                    xq = _load(x3[n, r + 3, c]) - m
-                    a1[c] += (d0 * x0 + d1 * x1) + (d2 * x2 + d3 * xq)
-                    a2[c] += (d0 + d1) + (d2 + d3)
-                    a3[c] += (x0 + x1) + (x2 + xq)
-                r += 4
+            if with_sx:
+                while r + 4 <= q1:
+                    for c in range(C):
+                        mc = m[c]
+                        d0 = _load(dy3[n, r, c])
+                        d1 = _load(dy3[n, r + 1, c])
+                        d2 = _load(dy3[n, r + 2, c])
+                        d3 = _load(dy3[n, r + 3, c])
+                        x0 = _load(x3[n, r, c]) - mc
+                        x1 = _load(x3[n, r + 1, c]) - mc
+                        x2 = _load(x3[n, r + 2, c]) - mc
+                        xq = _load(x3[n, r + 3, c]) - mc
+                        a1[c] += (d0 * x0 + d1 * x1) + (d2 * x2 + d3 * xq)
+                        a2[c] += (d0 + d1) + (d2 + d3)
+                        a3[c] += (x0 + x1) + (x2 + xq)
+                    r += 4
+            else:
+                while r + 4 <= q1:
+                    for c in range(C):
+                        mc = m[c]
+                        d0 = _load(dy3[n, r, c])
+                        d1 = _load(dy3[n, r + 1, c])
+                        d2 = _load(dy3[n, r + 2, c])
+                        d3 = _load(dy3[n, r + 3, c])
+                        a1[c] += ((d0 * (_load(x3[n, r, c]) - mc) + d1 * (_load(x3[n, r + 1, c]) - mc))
+                                  + (d2 * (_load(x3[n, r + 2, c]) - mc)
+                                     + d3 * (_load(x3[n, r + 3, c]) - mc)))
+                        a2[c] += (d0 + d1) + (d2 + d3)
+                    r += 4
         while r < q1:
             if silu:
                 for c in range(C):
-                    xc = _load(x3[n, r, c]) - mhi[n, c]
-                    z = xc * sc[n, c] + sh[n, c]
+                    xc = _load(x3[n, r, c]) - m[c]
+                    z = xc * sc[c] + sh[c]
                     s = _silu_parts(z)
                     dz = _load(dy3[n, r, c]) * (s * (_acc(1.0, z) + z * (_acc(1.0, z) - s)))
                     a1[c] += dz * xc
@@ -820,7 +876,7 @@ def _rows_bwd_sums(dy3, x3, n, r0, r1, mhi, sc, sh, silu, a1, a2, a3, s1, s2, s3
             else:
                 for c in range(C):
                     dz = _load(dy3[n, r, c])
-                    xc = _load(x3[n, r, c]) - mhi[n, c]
+                    xc = _load(x3[n, r, c]) - m[c]
                     a1[c] += dz * xc
                     a2[c] += dz
                     a3[c] += xc
@@ -831,55 +887,187 @@ def _rows_bwd_sums(dy3, x3, n, r0, r1, mhi, sc, sh, silu, a1, a2, a3, s1, s2, s3
             s3[c] += np.float64(a3[c])
 
 
+@njit(cache=True)
+def _bwd_sample_tiles(mean_in, rstd_in, n, w, b, R, mT, sT, hT, proto):
+    """Sample n: per-channel mean_hi, scale = rstd*w and shift = b - mean_lo*scale from the
+    saved statistics, repeated R times in the super-row tiles (R*C,)."""
+    G = mean_in.shape[1]
+    C = w.shape[0]
+    Cg = C // G
+    for g in range(G):
+        rstd = np.float64(rstd_in[n, g])
+        mhi, mlo = _split_mean(np.float64(mean_in[n, g]), proto)
+        for j in range(Cg):
+            c = g * Cg + j
+            sc = rstd * w[c]
+            mT[c] = mhi
+            sT[c] = _acc(sc, proto)
+            hT[c] = _acc(b[c] - np.float64(mlo) * sc, proto)
+    for r in range(1, R):
+        for c in range(C):
+            mT[r * C + c] = mT[c]
+            sT[r * C + c] = sT[c]
+            hT[r * C + c] = hT[c]
+
+
+@njit(cache=True)
+def _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above, w, M, R, bT, gT,
+                       dwp, db_nc, proto):
+    """Sample n: sum the P blocks' per-channel sums in order, then per group the dx
+    coefficients beta/gamma (repeated R times in the tiles bT/gT) and per channel the
+    dweight contribution rstd*(ds - mean_lo*db) (dwp[n]) and db (db_nc[n])."""
+    P = pds.shape[1]
+    C = pds.shape[2]
+    G = mean_in.shape[1]
+    Cg = C // G
+    ds = np.zeros(C, dtype=np.float64)
+    sx = np.zeros(C, dtype=np.float64)
+    for c in range(C):
+        db_nc[n, c] = 0.0
+    for k in range(P):
+        for c in range(C):
+            ds[c] += pds[n, k, c]
+            db_nc[n, c] += pdb[n, k, c]
+            sx[c] += psx[n, k, c]
+    for g in range(G):
+        rstd = np.float64(rstd_in[n, g])
+        mhi, mlo32 = _split_mean(np.float64(mean_in[n, g]), proto)
+        mlo = np.float64(mlo32)
+        sg = 0.0
+        sgx = 0.0
+        sxg = 0.0
+        for j in range(Cg):
+            c = g * Cg + j
+            sg += w[c] * db_nc[n, c]
+            sgx += w[c] * ds[c]
+            sxg += sx[c]
+        if refine and abs(np.float64(mhi)) * rstd > refine_above:
+            mlo = _refine_low_part(mhi, rstd, sxg, M)
+        bb = rstd * (sgx - mlo * sg) / M
+        a = sg / M
+        beta = _acc(-rstd * rstd * bb, proto)
+        gamma = _acc(rstd * rstd * bb * mlo - rstd * a, proto)
+        for j in range(Cg):
+            c = g * Cg + j
+            bT[c] = beta
+            gT[c] = gamma
+            dwp[n, c] = rstd * (ds[c] - mlo * db_nc[n, c])
+    for r in range(1, R):
+        for c in range(C):
+            bT[r * C + c] = bT[c]
+            gT[r * C + c] = gT[c]
+
+
+@njit(fastmath=_EW, cache=True)
+def _bwd_apply_superrows(dy4, x4, dx4, n, q0, q1, m, s, h, a, bt, gt, silu):
+    """dx = a*dz + bt*(x - m) + gt over super-rows [q0, q1) of sample n (dz = dy, or through
+    SiLU's derivative with z = (x - m)*s + h); without SiLU four super-rows share each load
+    of the coefficients."""
+    T = x4.shape[2]
+    if silu:
+        for q in range(q0, q1):
+            for i in range(T):
+                xc = _load(x4[n, q, i]) - m[i]
+                z = xc * s[i] + h[i]
+                sg = _silu_parts(z)
+                dz = _load(dy4[n, q, i]) * (sg * (_acc(1.0, z) + z * (_acc(1.0, z) - sg)))
+                dx4[n, q, i] = _store(a[i] * dz + bt[i] * xc + gt[i], dx4)
+        return
+    q = q0
+    while q + 4 <= q1:
+        for i in range(T):
+            mi = m[i]
+            ai = a[i]
+            bi = bt[i]
+            gi = gt[i]
+            dx4[n, q, i] = _store(ai * _load(dy4[n, q, i]) + bi * (_load(x4[n, q, i]) - mi) + gi, dx4)
+            dx4[n, q + 1, i] = _store(ai * _load(dy4[n, q + 1, i]) + bi * (_load(x4[n, q + 1, i]) - mi)
+                                      + gi, dx4)
+            dx4[n, q + 2, i] = _store(ai * _load(dy4[n, q + 2, i]) + bi * (_load(x4[n, q + 2, i]) - mi)
+                                      + gi, dx4)
+            dx4[n, q + 3, i] = _store(ai * _load(dy4[n, q + 3, i]) + bi * (_load(x4[n, q + 3, i]) - mi)
+                                      + gi, dx4)
+        q += 4
+    while q < q1:
+        for i in range(T):
+            dx4[n, q, i] = _store(a[i] * _load(dy4[n, q, i]) + bt[i] * (_load(x4[n, q, i]) - m[i]) + gt[i],
+                                  dx4)
+        q += 1
+
+
+#: channels per work item of the dweight/dbias reduction
+DW_BLOCK = 256
+
+
 @njit(parallel=True, cache=True)
-def nhwc_bwd_sums(dy3, x3, P, mhi_nc, scale_nc, shift_nc, silu, pds, pdb, psx, proto):
-    """pds/pdb/psx: (N, P, C) float64 per-block per-channel sums."""
+def nhwc_backward(dy3, x3, dx3, mean_in, rstd_in, w, b, G, P, R, PA, silu, refine, refine_above, dw,
+                  dbias, proto):
+    """Channels-last backward in one call (closed form from the saved statistics): per-block
+    per-channel sums, per-sample dx coefficients, dx over super-rows, then dweight/dbias
+    summed over samples in order.  Shapes as in nhwc_forward; dw/dbias (C,) float64."""
     N, S, C = x3.shape
+    Cg = C // G
+    M = Cg * S
     L = (S + P - 1) // P
+    T = R * C
+    mT = _acc_empty(N * T, proto)
+    sT = _acc_empty(N * T, proto)
+    hT = _acc_empty(N * T, proto)
+    for n in prange(N):
+        _bwd_sample_tiles(mean_in, rstd_in, n, w, b, R, mT[n * T:(n + 1) * T], sT[n * T:(n + 1) * T],
+                          hT[n * T:(n + 1) * T], proto)
+    pds = np.empty((N, P, C), dtype=np.float64)
+    pdb = np.empty((N, P, C), dtype=np.float64)
+    psx = np.empty((N, P, C), dtype=np.float64)
     for it in prange(N * P):
         n = it // P
         k = it % P
+        r0 = min(S, k * L)
+        with_sx = silu
+        if refine:
+            for g in range(G):
+                if abs(np.float64(mean_in[n, g])) * np.float64(rstd_in[n, g]) > refine_above:
+                    with_sx = True
         a1 = _acc_empty(C, proto)
         a2 = _acc_empty(C, proto)
         a3 = _acc_empty(C, proto)
         s1 = np.zeros(C, dtype=np.float64)
         s2 = np.zeros(C, dtype=np.float64)
         s3 = np.zeros(C, dtype=np.float64)
-        _rows_bwd_sums(dy3, x3, n, k * L, min(S, k * L + L), mhi_nc, scale_nc, shift_nc, silu,
-                       a1, a2, a3, s1, s2, s3)
+        _rows_bwd_sums(dy3, x3, n, r0, min(S, r0 + L), mT[n * T:n * T + C], sT[n * T:n * T + C],
+                       hT[n * T:n * T + C], silu, with_sx, a1, a2, a3, s1, s2, s3)
         for c in range(C):
             pds[n, k, c] = s1[c]
             pdb[n, k, c] = s2[c]
             psx[n, k, c] = s3[c]
-
-
-@njit(fastmath=_EW, cache=True)
-def _bwd_apply_superrows(dy4, x4, dx4, n, q0, q1, mT, sT, hT, aT, bT, gT, silu):
-    T = x4.shape[2]
-    for q in range(q0, q1):
-        if silu:
-            for i in range(T):
-                xc = _load(x4[n, q, i]) - mT[n, i]
-                z = xc * sT[n, i] + hT[n, i]
-                s = _silu_parts(z)
-                dz = _load(dy4[n, q, i]) * (s * (_acc(1.0, z) + z * (_acc(1.0, z) - s)))
-                dx4[n, q, i] = _store(aT[n, i] * dz + bT[n, i] * xc + gT[n, i], dx4)
-        else:
-            for i in range(T):
-                dx4[n, q, i] = _store(aT[n, i] * _load(dy4[n, q, i])
-                                      + bT[n, i] * (_load(x4[n, q, i]) - mT[n, i]) + gT[n, i], dx4)
-
-
-@njit(parallel=True, cache=True)
-def nhwc_bwd_apply(dy4, x4, dx4, P, mT, sT, hT, aT, bT, gT, silu):
-    """Super-row views as in nhwc_apply; coefficient rows (N, R*C)."""
-    N, Q, T = x4.shape
-    L = (Q + P - 1) // P
-    for it in prange(N * P):
-        n = it // P
-        k = it % P
-        _bwd_apply_superrows(dy4, x4, dx4, n, k * L, min(Q, k * L + L), mT, sT, hT, aT, bT, gT, silu)
-
+    bT = _acc_empty(N * T, proto)
+    gT = _acc_empty(N * T, proto)
+    dwp = np.empty((N, C), dtype=np.float64)
+    db_nc = np.empty((N, C), dtype=np.float64)
+    for n in prange(N):
+        _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above, w, M, R,
+                           bT[n * T:(n + 1) * T], gT[n * T:(n + 1) * T], dwp, db_nc, proto)
+    Q = S // R
+    x4 = x3.reshape(N, Q, T)
+    dy4 = dy3.reshape(N, Q, T)
+    dx4 = dx3.reshape(N, Q, T)
+    LA = (Q + PA - 1) // PA
+    for it in prange(N * PA):
+        n = it // PA
+        q0 = min(Q, (it % PA) * LA)
+        _bwd_apply_superrows(dy4, x4, dx4, n, q0, min(Q, q0 + LA), mT[n * T:(n + 1) * T],
+                             sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], sT[n * T:(n + 1) * T],
+                             bT[n * T:(n + 1) * T], gT[n * T:(n + 1) * T], silu)
+    for cb in prange((C + DW_BLOCK - 1) // DW_BLOCK):
+        c0 = cb * DW_BLOCK
+        c1 = min(C, c0 + DW_BLOCK)
+        for c in range(c0, c1):
+            dw[c] = 0.0
+            dbias[c] = 0.0
+        for n in range(N):
+            for c in range(c0, c1):
+                dw[c] += dwp[n, c]
+                dbias[c] += db_nc[n, c]
 
 # ---------------------------------------------------------------------------
 # small sequential finishing steps (per (n, g) and per channel; fixed order)

@@ -114,18 +114,40 @@ def _require():
 # ---------------------------------------------------------------------------
 # array plumbing
 # ---------------------------------------------------------------------------
+_KERNEL_DTYPES = {np.dtype(np.float16): np.dtype(np.uint16)}
+if BFLOAT16 is not None:
+    _KERNEL_DTYPES[BFLOAT16] = np.dtype(np.int16)
+
+
 def _kernel_view(a):
     """The storage reinterpreted for Numba: float16 -> uint16, bfloat16 -> int16."""
-    if a.dtype == np.float16:
-        return a.view(np.uint16)
-    if BFLOAT16 is not None and a.dtype == BFLOAT16:
-        return a.view(np.int16)
-    return a
+    vt = _KERNEL_DTYPES.get(a.dtype)
+    return a if vt is None else a.view(vt)
+
+
+_CL_PERMS = {}
+
+
+def _cl_perms(ndim):
+    """(perm, inverse): logical (N, C, *spatial) axes -> channels-last buffer axes and back."""
+    p = _CL_PERMS.get(ndim)
+    if p is None:
+        perm = (0,) + tuple(range(2, ndim)) + (1,)
+        p = _CL_PERMS[ndim] = (perm, tuple(int(i) for i in np.argsort(perm)))
+    return p
+
+
+def _is_channels_last(a):
+    """Dense channels-last (and not also C-contiguous): the fast test, same answer as
+    memory_layout for non-empty arrays (both ignore the strides of extent-1 axes)."""
+    return a.ndim >= 3 and a.size > 0 and a.transpose(_cl_perms(a.ndim)[0]).flags.c_contiguous
 
 
 def _layout(x):
     if x.flags.c_contiguous:
         return x, "nchw"
+    if _is_channels_last(x):
+        return x, "nhwc"
     lay = memory_layout(x.shape, x.strides, x.itemsize)
     if lay == "other":
         return np.ascontiguousarray(x), "nchw"
@@ -135,6 +157,8 @@ def _layout(x):
 def _as_layout(a, layout):
     """``a`` with memory layout ``layout`` (a copy only when it differs)."""
     if layout == "nchw" and a.flags.c_contiguous:
+        return a
+    if layout == "nhwc" and not a.flags.c_contiguous and _is_channels_last(a):
         return a
     if memory_layout(a.shape, a.strides, a.itemsize) == layout:
         return a
@@ -146,18 +170,19 @@ def _as_layout(a, layout):
 def _channels_last_buffer(x):
     """The contiguous (N, S, C) buffer behind a channels-last array."""
     N, C = x.shape[:2]
-    return np.moveaxis(x, 1, -1).reshape(N, -1, C)
+    return x.transpose(_cl_perms(x.ndim)[0]).reshape(N, -1, C)
 
 
 def _from_channels_last_buffer(buf):
     return np.moveaxis(buf, -1, 1)
 
 
-def _empty_like_layout(x, layout):
-    if layout == "nchw":
-        return np.empty(x.shape, x.dtype)
-    buf = np.empty((x.shape[0],) + tuple(x.shape[2:]) + (x.shape[1],), x.dtype)
-    return _from_channels_last_buffer(buf)
+def _new_channels_last(x):
+    """(array shaped like x in channels-last memory, its (N, S, C) buffer)."""
+    N, C = x.shape[:2]
+    spatial = x.shape[2:]
+    buf = np.empty((N,) + spatial + (C,), x.dtype)
+    return buf.transpose(_cl_perms(x.ndim)[1]), buf.reshape(N, -1, C)
 
 
 _ACC_INFO = {}
@@ -221,10 +246,20 @@ def _superrow_factor(S, C):
     return best
 
 
-def _superrows(buf, R):
-    """(N, S, C) contiguous buffer -> (N, S/R, R*C) view."""
-    N, S, C = buf.shape
-    return buf.reshape(N, S // R, R * C)
+_NHWC_PLANS = {}
+
+
+def _nhwc_plan(N, S, C):
+    """(P, R, PA) for the channels-last kernels: P row blocks per sample for the sums, R rows
+    per super-row, PA super-row blocks per sample for the elementwise pass (cached)."""
+    key = (N, S, C)
+    plan = _NHWC_PLANS.get(key)
+    if plan is None:
+        R = _superrow_factor(S, C)
+        plan = (_pieces_nhwc(N, S, C), R, _pieces_nhwc(N, S // R, R * C))
+        if len(_NHWC_PLANS) < 256:
+            _NHWC_PLANS[key] = plan
+    return plan
 
 
 def _piece_counts(S, P):
@@ -260,7 +295,7 @@ def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
     N, C, G, S, cg, M = _dims(x, num_groups)
     acc, proto = _acc_info(x.dtype)
     silu = activation == "silu"
-    y = _empty_like_layout(x, layout)
+    y, y3 = _new_channels_last(x) if layout == "nhwc" else (np.empty(x.shape, x.dtype), None)
     if x.size == 0:
         mean = np.full((N, G), np.nan, acc)
         return y, mean, mean.copy()
@@ -276,17 +311,9 @@ def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
         return y, mean, rstd
 
     if layout == "nhwc":
-        x3 = _kernel_view(_channels_last_buffer(x))
-        S = x3.shape[1]
-        P = _pieces_nhwc(N, S, C)
-        pmean = np.empty((N, P, C), np.float64)
-        pm2 = np.empty((N, P, C), np.float64)
-        k.nhwc_piece_moments(x3, P, pmean, pm2, proto)
-        R = _superrow_factor(S, C)
-        Q = S // R
-        k.nhwc_apply(_superrows(x3, R), _superrows(_kernel_view(_channels_last_buffer(y)), R),
-                     _pieces_nhwc(N, Q, R * C), pmean, pm2, _piece_counts(S, P), G, M, eps, w64, b64,
-                     mean, rstd, silu, proto)
+        P, R, PA = _nhwc_plan(N, S, C)
+        k.nhwc_forward(_kernel_view(_channels_last_buffer(x)), _kernel_view(y3),
+                       G, P, R, PA, eps, w64, b64, mean, rstd, silu, proto)
         return y, mean, rstd
 
     # NCHW with few or huge groups: spatial pieces of each channel, merged per group
@@ -327,7 +354,7 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
     N, C, G, S, cg, M = _dims(x, num_groups)
     acc, proto = _acc_info(x.dtype)
     silu = activation == "silu"
-    dx = _empty_like_layout(x, layout)
+    dx, dx3 = _new_channels_last(x) if layout == "nhwc" else (np.empty(x.shape, x.dtype), None)
     if x.size == 0:
         if weight is None:
             return dx, None, None
@@ -357,45 +384,29 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
         return (dx,) + _affine_out(dw64, db64, weight)
 
     if layout == "nhwc":
-        x3 = _kernel_view(_channels_last_buffer(x))
-        dy3 = _kernel_view(_channels_last_buffer(dy))
-        dx3 = _kernel_view(_channels_last_buffer(dx))
-        S = x3.shape[1]
-        R = _superrow_factor(S, C)
-    else:
-        x3 = _kernel_view(x.reshape(N, C, S))
-        dy3 = _kernel_view(dy.reshape(N, C, S))
-        dx3 = _kernel_view(dx.reshape(N, C, S))
-        R = 1
-    # per-(n, c) coefficients; channels-last keeps them as super-row tiles (N, R*C) whose
-    # first C entries are the per-channel values the sums use
-    mT = np.empty((N, R * C), acc)
-    sT = np.empty((N, R * C), acc)
-    hT = np.empty((N, R * C), acc)
-    k.backward_coefficients(mean_a, rstd_a, w64, b64, R, mT, sT, hT, proto)
-    if layout == "nchw":
-        P = _pieces_nchw(N, C, S)
-        pds = np.empty((N, C, P), np.float64)
-        pdb = np.empty((N, C, P), np.float64)
-        psx = np.empty((N, C, P), np.float64)
-        k.nchw_piece_bwd_sums(dy3, x3, P, mT, sT, hT, silu, pds.reshape(-1), pdb.reshape(-1),
-                              psx.reshape(-1))
-        axis = 2
-    else:
-        P = _pieces_nhwc(N, S, C)
-        pds = np.empty((N, P, C), np.float64)
-        pdb = np.empty((N, P, C), np.float64)
-        psx = np.empty((N, P, C), np.float64)
-        k.nhwc_bwd_sums(dy3, x3, P, mT, sT, hT, silu, pds, pdb, psx, proto)
-        axis = 1
-    bT = np.empty((N, R * C), acc)
-    gT = np.empty((N, R * C), acc)
-    k.finish_backward(pds.sum(axis=axis), pdb.sum(axis=axis), psx.sum(axis=axis), mean_a, rstd_a,
-                      refine, REFINE_ABOVE, w64, M, R, bT, gT, dw64, db64, proto)
-    if layout == "nchw":
-        k.nchw_piece_bwd_apply(dy3, x3, dx3, P, mT, sT, hT, sT, bT, gT, silu)
-    else:
-        Q = S // R
-        k.nhwc_bwd_apply(_superrows(dy3, R), _superrows(x3, R), _superrows(dx3, R),
-                         _pieces_nhwc(N, Q, R * C), mT, sT, hT, sT, bT, gT, silu)
+        P, R, PA = _nhwc_plan(N, S, C)
+        k.nhwc_backward(_kernel_view(_channels_last_buffer(dy)), _kernel_view(_channels_last_buffer(x)),
+                        _kernel_view(dx3), mean_a, rstd_a, w64, b64, G, P, R, PA,
+                        silu, refine, REFINE_ABOVE, dw64, db64, proto)
+        return (dx,) + _affine_out(dw64, db64, weight)
+
+    # NCHW with few or huge groups: spatial pieces of each channel, per-(n, c) coefficients
+    x3 = _kernel_view(x.reshape(N, C, S))
+    dy3 = _kernel_view(dy.reshape(N, C, S))
+    dx3 = _kernel_view(dx.reshape(N, C, S))
+    mhi = np.empty((N, C), acc)
+    scale = np.empty((N, C), acc)
+    shift = np.empty((N, C), acc)
+    k.backward_coefficients(mean_a, rstd_a, w64, b64, 1, mhi, scale, shift, proto)
+    P = _pieces_nchw(N, C, S)
+    pds = np.empty((N, C, P), np.float64)
+    pdb = np.empty((N, C, P), np.float64)
+    psx = np.empty((N, C, P), np.float64)
+    k.nchw_piece_bwd_sums(dy3, x3, P, mhi, scale, shift, silu, pds.reshape(-1), pdb.reshape(-1),
+                          psx.reshape(-1))
+    beta = np.empty((N, C), acc)
+    gamma = np.empty((N, C), acc)
+    k.finish_backward(pds.sum(axis=2), pdb.sum(axis=2), psx.sum(axis=2), mean_a, rstd_a,
+                      refine, REFINE_ABOVE, w64, M, 1, beta, gamma, dw64, db64, proto)
+    k.nchw_piece_bwd_apply(dy3, x3, dx3, P, mhi, scale, shift, scale, beta, gamma, silu)
     return (dx,) + _affine_out(dw64, db64, weight)
