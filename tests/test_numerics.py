@@ -100,6 +100,20 @@ def test_empty_batch(runner):
     assert np.all(runner.get(dw) == 0) and np.all(runner.get(db) == 0)
 
 
+def test_empty_groups_have_nan_statistics(runner):
+    # No spatial extent: every group is empty, so its mean and rstd are undefined (NaN) on every
+    # backend; y and dx are empty and dweight/dbias are zero sums.
+    x = np.zeros((2, 8, 0), np.float32)
+    w = np.ones(8, np.float32)
+    y, mean, rstd = numr_web.ops.group_norm_forward(runner.put(x), runner.put(w), runner.put(w), 4, 1e-5)
+    assert runner.get(y).shape == (2, 8, 0)
+    assert runner.get(mean).shape == (2, 4) and np.all(np.isnan(runner.get(mean)))
+    assert np.all(np.isnan(runner.get(rstd)))
+    dx, dw, db = numr_web.ops.group_norm_backward(runner.put(x), runner.put(x), mean, rstd, runner.put(w), 4)
+    assert runner.get(dx).shape == x.shape
+    assert np.all(runner.get(dw) == 0) and np.all(runner.get(db) == 0)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_output_keeps_dtype_and_memory_layout(runner, rng, dtype, layout):

@@ -161,8 +161,8 @@ def group_statistics(xv, ct):
     """Mean (float64), variance (float64) of each (n, g) of a group view ``xv``."""
     n, g, cpg, s = xv.shape
     m = cpg * s
-    if n * g == 0 or m == 0:
-        z = np.zeros((n, g))
+    if n * g == 0 or m == 0:  # empty groups have no statistics (NaN, as on every backend)
+        z = np.full((n, g), np.nan)
         return z, z.copy()
     shift = xv[:, :, 0, 0].astype(ct)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -306,6 +306,11 @@ def numpy_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=None)
     w3 = _per_channel(weight, num_groups, cpg, ct) if weight is not None else None
 
     dx = empty_like_layout(x)
+    if x.size == 0:  # no elements: empty dx, and dweight/dbias are empty sums
+        if weight is None:
+            return dx, None, None
+        wdt = np.asarray(weight).dtype
+        return dx, np.zeros(weight.shape[0], wdt), np.zeros(weight.shape[0], wdt)
     # (one-element groups have dx == 0 exactly; the centred path gives that exactly)
     if (activation is None and x.flags.c_contiguous and dy.flags.c_contiguous and x.size and m > 1
             and np.nanmax(np.abs(mean_hi) * rstd) <= _POOR_SHIFT):

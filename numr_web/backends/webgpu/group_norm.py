@@ -210,8 +210,8 @@ def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation=None):
     rstd = ops.empty(ctx, (L.N, L.G), F32)
     if L.N * L.G == 0:
         return y, mean, rstd
-    if L.M == 0:
-        return y, ops.full(ctx, (L.N, L.G), F32, 0.0), ops.full(ctx, (L.N, L.G), F32, 1.0 / math.sqrt(eps))
+    if L.M == 0:  # empty groups have no statistics (as on every backend)
+        return y, ops.full(ctx, (L.N, L.G), F32, math.nan), ops.full(ctx, (L.N, L.G), F32, math.nan)
     w, b = _f32_param(weight), _f32_param(bias)
     affine = w is not None
     if affine and b is None:
