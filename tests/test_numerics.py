@@ -176,3 +176,31 @@ def test_backward_long_and_short_rows(runner, rng, spatial, zero_weight):
     assert rel_err(runner.get(dx), dxr) < 1e-5
     assert rel_err(runner.get(dw), dwr) < 1e-5
     assert rel_err(runner.get(db), dbr) < 1e-5
+
+
+def test_float16_store_rounds_subnormals_like_numpy(rng):
+    # The NumPy path's float32 -> float16 store pre-rounds values in float16's subnormal range
+    # (NumPy's own conversion of those is ~30x slower); the bits must equal NumPy's conversion.
+    from numr_web.backends.numpy_ import store
+
+    t = np.concatenate([
+        rng.standard_normal(20000) * 1e-6, rng.standard_normal(2000) * 1e-8,
+        rng.standard_normal(2000), np.arange(-300, 300) * 2.0 ** -25,  # exact ties
+        [0.0, -0.0, 2.0 ** -14, -(2.0 ** -14), 2.0 ** -24, 2.0 ** -25, -(2.0 ** -25), 6e4, 7e4, np.inf, np.nan],
+    ]).astype(np.float32)
+    with np.errstate(over="ignore"):  # 7e4 overflows float16 to inf on both sides
+        expected = t.astype(np.float16)
+        got = np.empty(t.shape, np.float16)
+        store(got, t.copy())
+    assert np.array_equal(got.view(np.uint16), expected.view(np.uint16))
+
+
+def test_float16_backward_with_tiny_gradients(cpu_runner, rng):
+    x = rng.standard_normal((2, 8, 16, 16)).astype(np.float16)
+    dy = (rng.standard_normal(x.shape) * 1e-5).astype(np.float16)
+    w = rng.standard_normal(8).astype(np.float32)
+    _, mean, rstd = numr_web.ops.group_norm_forward(x, w, None, 4, 1e-5)
+    dx, _, _ = numr_web.ops.group_norm_backward(dy, x, mean, rstd, w, 4)
+    dxr = ref_backward(dy, x, 4, w)[0]
+    # float16 subnormals carry an absolute error of up to 2**-25
+    assert np.max(np.abs(dx.astype(np.float64) - dxr)) <= 2.0 ** -25 + 2e-3 * np.abs(dxr).max()
