@@ -314,3 +314,42 @@ def test_missing_numba_is_reported_not_raised(monkeypatch):
     finally:
         monkeypatch.undo()
         importlib.reload(cpu_fused)
+
+
+@pytest.mark.parametrize("activation", [None, "silu"])
+@pytest.mark.parametrize("fused_samples", [True, False])
+def test_channels_last_per_sample_and_row_block_plans(fused, rng, monkeypatch, fused_samples, activation):
+    # channels-last runs one work item per sample (statistics, coefficients and apply back to
+    # back) for many small samples, else row blocks merged with Chan's formula: both must
+    # match the oracle, including a NaN confined to its group and (without SiLU, whose z uses
+    # the float32-saved mean as given) a large offset
+    shape, groups = (6, 64, 5, 7), 8
+    if not fused_samples:
+        monkeypatch.setattr(fused, "SAMPLE_FUSE_MAX", 0)
+    monkeypatch.setattr(fused, "_NHWC_PLANS", {})
+    P, R, PA, per_sample = fused._nhwc_plan(shape[0], shape[2] * shape[3], shape[1])
+    assert per_sample == fused_samples and (P > 1) != fused_samples
+    x = ((3.0 if activation else 1e4) + rng.standard_normal(shape)).astype(np.float32)
+    x[5, 9, 2, 3] = np.nan  # group 1 of sample 5
+    x = channels_last(x)
+    dy = channels_last(rng.standard_normal(shape).astype(np.float32))
+    w = rng.standard_normal(shape[1]).astype(np.float32)
+    b = rng.standard_normal(shape[1]).astype(np.float32)
+    y, mean, rstd = fused.group_norm_forward(x, w, b, groups, 1e-5, activation)
+    dx, dw, db = fused.group_norm_backward(dy, x, mean, rstd, w, b, groups, activation)
+    bad = np.zeros(shape, bool)
+    bad[5, 8:16] = True
+    assert np.all(np.isnan(y[bad])) and np.all(np.isfinite(y[~bad]))
+    assert np.all(np.isnan(dx[bad])) and np.all(np.isfinite(dx[~bad]))
+    keep = np.ones(shape[0], bool)
+    keep[5] = False
+    xs, dys = np.asarray(x)[keep], np.asarray(dy)[keep]
+    yr, mr, rr = ref_forward(xs, groups, w, b, activation=activation)
+    dxr, _, _ = ref_backward(dys, xs, groups, w, b, activation=activation)
+    assert rel_err(y[keep], yr) < 1e-5 and rel_err(mean[keep], mr) < 1e-6
+    assert rel_err(dx[keep], dxr) < 1e-5
+    # dweight/dbias over all samples but the NaN one's channels 8..15
+    good_c = np.r_[0:8, 16:64]
+    _, dwr, dbr = ref_backward(np.asarray(dy)[:, good_c], np.asarray(x)[:, good_c], groups - 1,
+                               w[good_c], b[good_c], activation=activation)
+    assert rel_err(dw[good_c], dwr) < 1e-5 and rel_err(db[good_c], dbr) < 1e-5

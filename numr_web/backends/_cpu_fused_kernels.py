@@ -652,9 +652,10 @@ def _rows_shifted_sums(x3, n, r0, r1, K, a1, a2, s1, s2):
 @njit(cache=True)
 def _channel_moments(s1, s2, K, R, cm, cq, redo):
     """Shifted sums of one block -> per-channel (mean, M2), and which channels need the exact
-    redo.  Branch-free, so it vectorizes (a scalar loop here cost more than the block's sums
-    when C is large and blocks are short)."""
+    redo; returns how many do.  Branch-free, so it vectorizes (a scalar loop here cost more
+    than the block's sums when C is large and blocks are short)."""
     C = s1.shape[0]
+    nredo = 0
     for c in range(C):
         a = s1[c]
         q = s2[c]
@@ -662,7 +663,32 @@ def _channel_moments(s1, s2, K, R, cm, cq, redo):
         var = q / R - m1 * m1
         cm[c] = np.float64(K[c]) + m1
         cq[c] = max(q - a * m1, 0.0)
-        redo[c] = (m1 * m1 > 8.0 * var) | ((np.abs(a) < np.inf) & ~(np.abs(q) < np.inf))
+        bad = (m1 * m1 > 8.0 * var) | ((np.abs(a) < np.inf) & ~(np.abs(q) < np.inf))
+        redo[c] = bad
+        nredo += np.int64(bad)
+    return nredo
+
+
+@njit(fastmath=_RED, cache=True)
+def _merge_channels(cm, cq, R, G, gmean, gm2, n, k):
+    """Per-channel (mean, M2) of R rows each -> per-group (mean, M2) into gmean/gm2[n, k]
+    (Chan's formula for equal counts; the sums over a group's channels are reassociated into
+    vector partial sums, in an order fixed by the code)."""
+    C = cm.shape[0]
+    Cg = C // G
+    for g in range(G):
+        cmg = cm[g * Cg:(g + 1) * Cg]
+        cqg = cq[g * Cg:(g + 1) * Cg]
+        sm = 0.0
+        for j in range(Cg):
+            sm += cmg[j]
+        mu = sm / Cg
+        q = 0.0
+        for j in range(Cg):
+            d = cmg[j] - mu
+            q += cqg[j] + R * d * d
+        gmean[n, k, g] = mu
+        gm2[n, k, g] = q
 
 
 @njit(cache=True)
@@ -671,7 +697,6 @@ def _block_group_moments(x3, n, r0, r1, G, gmean, gm2, k, proto):
     the shift was poor or the squares overflowed), merged over each group's channels (equal
     counts, fixed order) into gmean/gm2[n, k, g]."""
     C = x3.shape[2]
-    Cg = C // G
     R = r1 - r0
     if R <= 0:
         for g in range(G):
@@ -689,34 +714,24 @@ def _block_group_moments(x3, n, r0, r1, G, gmean, gm2, k, proto):
     cm = np.empty(C, dtype=np.float64)
     cq = np.empty(C, dtype=np.float64)
     redo = np.empty(C, dtype=np.bool_)
-    _channel_moments(s1, s2, K, R, cm, cq, redo)
-    for c in range(C):
-        if redo[c]:
-            # poor shift or overflow: exact float64 two-pass of this channel's block (rare)
-            t0 = 0.0
-            for r in range(r0, r1):
-                t0 += np.float64(_load(x3[n, r, c]))
-            mu = t0 / R
-            t1 = 0.0
-            t2 = 0.0
-            for r in range(r0, r1):
-                d = np.float64(_load(x3[n, r, c])) - mu
-                t1 += d
-                t2 += d * d
-            m1 = t1 / R
-            cm[c] = mu + m1
-            cq[c] = max(t2 - t1 * m1, 0.0)
-    for g in range(G):
-        sm = 0.0
-        for j in range(Cg):
-            sm += cm[g * Cg + j]
-        mu = sm / Cg
-        q = 0.0
-        for j in range(Cg):
-            d = cm[g * Cg + j] - mu
-            q += cq[g * Cg + j] + R * d * d
-        gmean[n, k, g] = mu
-        gm2[n, k, g] = q
+    if _channel_moments(s1, s2, K, R, cm, cq, redo) > 0:
+        for c in range(C):
+            if redo[c]:
+                # poor shift or overflow: exact float64 two-pass of this channel's block (rare)
+                t0 = 0.0
+                for r in range(r0, r1):
+                    t0 += np.float64(_load(x3[n, r, c]))
+                mu = t0 / R
+                t1 = 0.0
+                t2 = 0.0
+                for r in range(r0, r1):
+                    d = np.float64(_load(x3[n, r, c])) - mu
+                    t1 += d
+                    t2 += d * d
+                m1 = t1 / R
+                cm[c] = mu + m1
+                cq[c] = max(t2 - t1 * m1, 0.0)
+    _merge_channels(cm, cq, R, G, gmean, gm2, n, k)
 
 
 @njit(cache=True)
@@ -788,30 +803,41 @@ def _apply_superrows(x4, y4, n, q0, q1, m, s, h, silu):
 
 
 @njit(parallel=True, cache=True)
-def nhwc_forward(x3, y3, G, P, R, PA, eps, w, b, mean_out, rstd_out, silu, proto):
+def nhwc_forward(x3, y3, G, P, R, PA, fused, eps, w, b, mean_out, rstd_out, silu, proto):
     """Channels-last forward in one call.  x3/y3: contiguous (N, S, C); P row blocks per sample
-    for the statistics; the apply runs over (N, S/R, R*C) super-rows cut into PA blocks."""
+    for the statistics; the apply runs over (N, S/R, R*C) super-rows cut into PA blocks.
+    ``fused`` (P = PA = 1): one work item per sample does its statistics, coefficients and
+    apply back to back, so the apply reads the sample from the core's cache."""
     N, S, C = x3.shape
     Cg = C // G
     M = Cg * S
     L = (S + P - 1) // P
+    T = R * C
+    Q = S // R
+    x4 = x3.reshape(N, Q, T)
+    y4 = y3.reshape(N, Q, T)
     gmean = np.empty((N, P, G), dtype=np.float64)
     gm2 = np.empty((N, P, G), dtype=np.float64)
+    if fused:
+        for n in prange(N):
+            _block_group_moments(x3, n, 0, S, G, gmean, gm2, 0, proto)
+            m = _acc_empty(T, proto)
+            s = _acc_empty(T, proto)
+            h = _acc_empty(T, proto)
+            _fwd_sample_tiles(gmean, gm2, n, S, S, M, eps, w, b, R, m, s, h, mean_out, rstd_out, proto)
+            _apply_superrows(x4, y4, n, 0, Q, m, s, h, silu)
+        return
     for it in prange(N * P):
         n = it // P
         k = it % P
         r0 = min(S, k * L)
         _block_group_moments(x3, n, r0, min(S, r0 + L), G, gmean, gm2, k, proto)
-    T = R * C
     mT = _acc_empty(N * T, proto)
     sT = _acc_empty(N * T, proto)
     hT = _acc_empty(N * T, proto)
     for n in prange(N):
         _fwd_sample_tiles(gmean, gm2, n, S, L, M, eps, w, b, R, mT[n * T:(n + 1) * T],
                           sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], mean_out, rstd_out, proto)
-    Q = S // R
-    x4 = x3.reshape(N, Q, T)
-    y4 = y3.reshape(N, Q, T)
     LA = (Q + PA - 1) // PA
     for it in prange(N * PA):
         n = it // PA
@@ -910,7 +936,7 @@ def _bwd_sample_tiles(mean_in, rstd_in, n, w, b, R, mT, sT, hT, proto):
             hT[r * C + c] = hT[c]
 
 
-@njit(cache=True)
+@njit(fastmath=_RED, cache=True)
 def _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above, w, M, R, bT, gT,
                        dwp, db_nc, proto):
     """Sample n: sum the P blocks' per-channel sums in order, then per group the dx
@@ -995,69 +1021,95 @@ def _bwd_apply_superrows(dy4, x4, dx4, n, q0, q1, m, s, h, a, bt, gt, silu):
         q += 1
 
 
+@njit(cache=True)
+def _bwd_block_sums(dy3, x3, n, r0, r1, m, sc, sh, silu, mean_in, rstd_in, refine, refine_above,
+                    pds, pdb, psx, k, proto):
+    """Rows [r0, r1) of sample n: per-channel sums into pds/pdb/psx[n, k]; sum (x - mean_hi)
+    only where SiLU or the mean refinement of one of the sample's groups needs it."""
+    C = x3.shape[2]
+    G = mean_in.shape[1]
+    with_sx = silu
+    if refine:
+        for g in range(G):
+            if abs(np.float64(mean_in[n, g])) * np.float64(rstd_in[n, g]) > refine_above:
+                with_sx = True
+    a1 = _acc_empty(C, proto)
+    a2 = _acc_empty(C, proto)
+    a3 = _acc_empty(C, proto)
+    s1 = np.zeros(C, dtype=np.float64)
+    s2 = np.zeros(C, dtype=np.float64)
+    s3 = np.zeros(C, dtype=np.float64)
+    _rows_bwd_sums(dy3, x3, n, r0, r1, m, sc, sh, silu, with_sx, a1, a2, a3, s1, s2, s3)
+    for c in range(C):
+        pds[n, k, c] = s1[c]
+        pdb[n, k, c] = s2[c]
+        psx[n, k, c] = s3[c]
+
+
 #: channels per work item of the dweight/dbias reduction
 DW_BLOCK = 256
 
 
 @njit(parallel=True, cache=True)
-def nhwc_backward(dy3, x3, dx3, mean_in, rstd_in, w, b, G, P, R, PA, silu, refine, refine_above, dw,
-                  dbias, proto):
+def nhwc_backward(dy3, x3, dx3, mean_in, rstd_in, w, b, G, P, R, PA, fused, silu, refine,
+                  refine_above, dw, dbias, proto):
     """Channels-last backward in one call (closed form from the saved statistics): per-block
     per-channel sums, per-sample dx coefficients, dx over super-rows, then dweight/dbias
-    summed over samples in order.  Shapes as in nhwc_forward; dw/dbias (C,) float64."""
+    summed over samples in order.  Shapes and ``fused`` as in nhwc_forward; dw/dbias (C,)
+    float64."""
     N, S, C = x3.shape
     Cg = C // G
     M = Cg * S
     L = (S + P - 1) // P
     T = R * C
-    mT = _acc_empty(N * T, proto)
-    sT = _acc_empty(N * T, proto)
-    hT = _acc_empty(N * T, proto)
-    for n in prange(N):
-        _bwd_sample_tiles(mean_in, rstd_in, n, w, b, R, mT[n * T:(n + 1) * T], sT[n * T:(n + 1) * T],
-                          hT[n * T:(n + 1) * T], proto)
-    pds = np.empty((N, P, C), dtype=np.float64)
-    pdb = np.empty((N, P, C), dtype=np.float64)
-    psx = np.empty((N, P, C), dtype=np.float64)
-    for it in prange(N * P):
-        n = it // P
-        k = it % P
-        r0 = min(S, k * L)
-        with_sx = silu
-        if refine:
-            for g in range(G):
-                if abs(np.float64(mean_in[n, g])) * np.float64(rstd_in[n, g]) > refine_above:
-                    with_sx = True
-        a1 = _acc_empty(C, proto)
-        a2 = _acc_empty(C, proto)
-        a3 = _acc_empty(C, proto)
-        s1 = np.zeros(C, dtype=np.float64)
-        s2 = np.zeros(C, dtype=np.float64)
-        s3 = np.zeros(C, dtype=np.float64)
-        _rows_bwd_sums(dy3, x3, n, r0, min(S, r0 + L), mT[n * T:n * T + C], sT[n * T:n * T + C],
-                       hT[n * T:n * T + C], silu, with_sx, a1, a2, a3, s1, s2, s3)
-        for c in range(C):
-            pds[n, k, c] = s1[c]
-            pdb[n, k, c] = s2[c]
-            psx[n, k, c] = s3[c]
-    bT = _acc_empty(N * T, proto)
-    gT = _acc_empty(N * T, proto)
-    dwp = np.empty((N, C), dtype=np.float64)
-    db_nc = np.empty((N, C), dtype=np.float64)
-    for n in prange(N):
-        _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above, w, M, R,
-                           bT[n * T:(n + 1) * T], gT[n * T:(n + 1) * T], dwp, db_nc, proto)
     Q = S // R
     x4 = x3.reshape(N, Q, T)
     dy4 = dy3.reshape(N, Q, T)
     dx4 = dx3.reshape(N, Q, T)
-    LA = (Q + PA - 1) // PA
-    for it in prange(N * PA):
-        n = it // PA
-        q0 = min(Q, (it % PA) * LA)
-        _bwd_apply_superrows(dy4, x4, dx4, n, q0, min(Q, q0 + LA), mT[n * T:(n + 1) * T],
-                             sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], sT[n * T:(n + 1) * T],
-                             bT[n * T:(n + 1) * T], gT[n * T:(n + 1) * T], silu)
+    pds = np.empty((N, P, C), dtype=np.float64)
+    pdb = np.empty((N, P, C), dtype=np.float64)
+    psx = np.empty((N, P, C), dtype=np.float64)
+    dwp = np.empty((N, C), dtype=np.float64)
+    db_nc = np.empty((N, C), dtype=np.float64)
+    if fused:
+        for n in prange(N):
+            m = _acc_empty(T, proto)
+            s = _acc_empty(T, proto)
+            h = _acc_empty(T, proto)
+            _bwd_sample_tiles(mean_in, rstd_in, n, w, b, R, m, s, h, proto)
+            _bwd_block_sums(dy3, x3, n, 0, S, m[:C], s[:C], h[:C], silu, mean_in, rstd_in, refine,
+                            refine_above, pds, pdb, psx, 0, proto)
+            bt = _acc_empty(T, proto)
+            gt = _acc_empty(T, proto)
+            _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above, w, M, R, bt,
+                               gt, dwp, db_nc, proto)
+            _bwd_apply_superrows(dy4, x4, dx4, n, 0, Q, m, s, h, s, bt, gt, silu)
+    else:
+        mT = _acc_empty(N * T, proto)
+        sT = _acc_empty(N * T, proto)
+        hT = _acc_empty(N * T, proto)
+        for n in prange(N):
+            _bwd_sample_tiles(mean_in, rstd_in, n, w, b, R, mT[n * T:(n + 1) * T],
+                              sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], proto)
+        for it in prange(N * P):
+            n = it // P
+            k = it % P
+            r0 = min(S, k * L)
+            _bwd_block_sums(dy3, x3, n, r0, min(S, r0 + L), mT[n * T:n * T + C], sT[n * T:n * T + C],
+                            hT[n * T:n * T + C], silu, mean_in, rstd_in, refine, refine_above, pds,
+                            pdb, psx, k, proto)
+        bT = _acc_empty(N * T, proto)
+        gT = _acc_empty(N * T, proto)
+        for n in prange(N):
+            _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above, w, M, R,
+                               bT[n * T:(n + 1) * T], gT[n * T:(n + 1) * T], dwp, db_nc, proto)
+        LA = (Q + PA - 1) // PA
+        for it in prange(N * PA):
+            n = it // PA
+            q0 = min(Q, (it % PA) * LA)
+            _bwd_apply_superrows(dy4, x4, dx4, n, q0, min(Q, q0 + LA), mT[n * T:(n + 1) * T],
+                                 sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], sT[n * T:(n + 1) * T],
+                                 bT[n * T:(n + 1) * T], gT[n * T:(n + 1) * T], silu)
     for cb in prange((C + DW_BLOCK - 1) // DW_BLOCK):
         c0 = cb * DW_BLOCK
         c1 = min(C, c0 + DW_BLOCK)
@@ -1068,6 +1120,7 @@ def nhwc_backward(dy3, x3, dx3, mean_in, rstd_in, w, b, G, P, R, PA, silu, refin
             for c in range(c0, c1):
                 dw[c] += dwp[n, c]
                 dbias[c] += db_nc[n, c]
+
 
 # ---------------------------------------------------------------------------
 # small sequential finishing steps (per (n, g) and per channel; fixed order)
