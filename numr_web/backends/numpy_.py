@@ -291,9 +291,11 @@ def fast_statistics(x, num_groups, ct):
 
 def numpy_forward(x, weight, bias, num_groups, eps, activation=None):
     ct = accumulation_dtype(x.dtype)
-    xv = group_view(x, num_groups)
+    # 16-bit storage: one conversion serves the statistics and the apply (astype keeps the layout)
+    xs = x if x.dtype == ct else x.astype(ct)
+    xv = group_view(xs, num_groups)
     n, g, cpg, _ = xv.shape
-    stats = fast_statistics(x, num_groups, ct) if x.flags.c_contiguous else None
+    stats = fast_statistics(xs, num_groups, ct) if xs.flags.c_contiguous else None
     mean, var = stats if stats is not None else group_statistics(xv, ct)
     rstd64 = 1.0 / np.sqrt(var + eps)
     mean_hi, mean_lo = split_mean(mean, ct)
@@ -303,7 +305,8 @@ def numpy_forward(x, weight, bias, num_groups, eps, activation=None):
     y = empty_like_layout(x)
     yv = group_view(y, num_groups)
     if y.size:
-        direct = yv if y.dtype == ct else None
+        # the result goes straight into y, or for 16-bit storage into the float32 copy of x
+        direct = yv if y.dtype == ct else (xv if xs is not x else None)
         with np.errstate(invalid="ignore", over="ignore"), _row_loops(xv.shape[3]):
             finite = np.abs(mean) * rstd64
             plain = ct == np.float64 or not np.any(finite > _PLAIN_APPLY_LIMIT)
@@ -315,7 +318,7 @@ def numpy_forward(x, weight, bias, num_groups, eps, activation=None):
                 t = _centered_affine(xv, mean_hi, scale, shift, ct, out=direct)
             if activation == "silu":
                 _silu_inplace(t)
-        if direct is None:
+        if y.dtype != ct:
             store(yv, t)
     return y, mean.astype(ct), rstd
 
