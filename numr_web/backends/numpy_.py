@@ -94,7 +94,7 @@ def group_view(a, num_groups: int):
     n, c = a.shape[:2]
     s = math.prod(a.shape[2:])
     cpg = c // num_groups
-    if memory_layout(a.shape, a.strides, a.itemsize) == "nchw":
+    if a.flags.c_contiguous or memory_layout(a.shape, a.strides, a.itemsize) == "nchw":
         return a.reshape(n, num_groups, cpg, s)
     mem = a.transpose(channels_last_perm(a.ndim))  # C-contiguous (N, *S, C)
     return mem.reshape(n, s, num_groups, cpg).transpose(0, 2, 3, 1)
@@ -103,7 +103,7 @@ def group_view(a, num_groups: int):
 def empty_like_layout(a, dtype=None):
     """An uninitialised array shaped like ``a`` with ``a``'s memory layout (NCHW or channels-last)."""
     dtype = a.dtype if dtype is None else dtype
-    if memory_layout(a.shape, a.strides, a.itemsize) == "nhwc":
+    if not a.flags.c_contiguous and memory_layout(a.shape, a.strides, a.itemsize) == "nhwc":
         perm = channels_last_perm(a.ndim)
         mem = np.empty(tuple(a.shape[p] for p in perm), dtype=dtype)
         return mem.transpose(np.argsort(perm))
