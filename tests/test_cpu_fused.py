@@ -327,7 +327,7 @@ def test_channels_last_per_sample_and_row_block_plans(fused, rng, monkeypatch, f
     if not fused_samples:
         monkeypatch.setattr(fused, "SAMPLE_FUSE_MAX", 0)
     monkeypatch.setattr(fused, "_NHWC_PLANS", {})
-    P, R, PA, per_sample = fused._nhwc_plan(shape[0], shape[2] * shape[3], shape[1])
+    P, R, per_sample = fused._nhwc_plan(shape[0], shape[2] * shape[3], shape[1])
     assert per_sample == fused_samples and (P > 1) != fused_samples
     x = ((3.0 if activation else 1e4) + rng.standard_normal(shape)).astype(np.float32)
     x[5, 9, 2, 3] = np.nan  # group 1 of sample 5

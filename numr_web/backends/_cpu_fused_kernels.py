@@ -618,35 +618,46 @@ ROWS_PER_FLUSH = 64
 
 
 @njit(fastmath=_RED, cache=True)
-def _rows_shifted_sums(x3, n, r0, r1, K, a1, a2, s1, s2):
-    """Per-channel shifted sums over rows [r0, r1) of sample n, float32 partials flushed to
-    float64.  Four rows per update of the accumulator arrays (they live in L1, not registers)."""
-    C = x3.shape[2]
-    for q0 in range(r0, r1, ROWS_PER_FLUSH):
-        q1 = min(r1, q0 + ROWS_PER_FLUSH)
+def _fold_rows(a, s):
+    """s[c] += a[r*C + c] over the R rows of a super-row accumulator (float32 -> float64)."""
+    C = s.shape[0]
+    for r in range(a.shape[0] // C):
+        ar = a[r * C:(r + 1) * C]
         for c in range(C):
-            a1[c] = 0
-            a2[c] = 0
-        r = q0
-        while r + 4 <= q1:
-            for c in range(C):
-                k = K[c]
-                d0 = _load(x3[n, r, c]) - k
-                d1 = _load(x3[n, r + 1, c]) - k
-                d2 = _load(x3[n, r + 2, c]) - k
-                d3 = _load(x3[n, r + 3, c]) - k
-                a1[c] += (d0 + d1) + (d2 + d3)
-                a2[c] += (d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3)
-            r += 4
-        while r < q1:
-            for c in range(C):
-                d = _load(x3[n, r, c]) - K[c]
-                a1[c] += d
-                a2[c] += d * d
-            r += 1
-        for c in range(C):
-            s1[c] += np.float64(a1[c])
-            s2[c] += np.float64(a2[c])
+            s[c] += np.float64(ar[c])
+
+
+@njit(fastmath=_RED, cache=True)
+def _rows_shifted_sums(x4, n, q0, q1, KT, a1, a2, s1, s2):
+    """Per-channel shifted sums over super-rows [q0, q1) of sample n (x4: (N, S/R, R*C)), the
+    shift KT repeated R times; float32 partials per super-row position (vector loops R*C long,
+    not C), folded into the per-channel float64 sums s1/s2 every ROWS_PER_FLUSH super-rows.
+    Four super-rows per update of the accumulator arrays (they live in L1, not registers)."""
+    T = x4.shape[2]
+    for b0 in range(q0, q1, ROWS_PER_FLUSH):
+        b1 = min(q1, b0 + ROWS_PER_FLUSH)
+        for i in range(T):
+            a1[i] = 0
+            a2[i] = 0
+        q = b0
+        while q + 4 <= b1:
+            for i in range(T):
+                k = KT[i]
+                d0 = _load(x4[n, q, i]) - k
+                d1 = _load(x4[n, q + 1, i]) - k
+                d2 = _load(x4[n, q + 2, i]) - k
+                d3 = _load(x4[n, q + 3, i]) - k
+                a1[i] += (d0 + d1) + (d2 + d3)
+                a2[i] += (d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3)
+            q += 4
+        while q < b1:
+            for i in range(T):
+                d = _load(x4[n, q, i]) - KT[i]
+                a1[i] += d
+                a2[i] += d * d
+            q += 1
+        _fold_rows(a1, s1)
+        _fold_rows(a2, s2)
 
 
 @njit(cache=True)
@@ -692,25 +703,31 @@ def _merge_channels(cm, cq, R, G, gmean, gm2, n, k):
 
 
 @njit(cache=True)
-def _block_group_moments(x3, n, r0, r1, G, gmean, gm2, k, proto):
-    """Rows [r0, r1) of sample n: per-channel moments (shifted sums, exact float64 redo where
-    the shift was poor or the squares overflowed), merged over each group's channels (equal
-    counts, fixed order) into gmean/gm2[n, k, g]."""
+def _block_group_moments(x3, x4, n, q0, q1, G, gmean, gm2, k, proto):
+    """Super-rows [q0, q1) of sample n (x4 is x3 viewed as super-rows): per-channel moments
+    (shifted sums, exact float64 redo where the shift was poor or the squares overflowed),
+    merged over each group's channels (equal counts, fixed order) into gmean/gm2[n, k, g]."""
     C = x3.shape[2]
+    T = x4.shape[2]
+    r0 = q0 * (T // C)
+    r1 = q1 * (T // C)
     R = r1 - r0
     if R <= 0:
         for g in range(G):
             gmean[n, k, g] = 0.0
             gm2[n, k, g] = 0.0
         return
-    K = _acc_empty(C, proto)
+    K = _acc_empty(T, proto)
     for c in range(C):
         K[c] = _acc(_load(x3[n, r0, c]), proto)
-    a1 = _acc_empty(C, proto)
-    a2 = _acc_empty(C, proto)
+    for r in range(1, T // C):
+        for c in range(C):
+            K[r * C + c] = K[c]
+    a1 = _acc_empty(T, proto)
+    a2 = _acc_empty(T, proto)
     s1 = np.zeros(C, dtype=np.float64)
     s2 = np.zeros(C, dtype=np.float64)
-    _rows_shifted_sums(x3, n, r0, r1, K, a1, a2, s1, s2)
+    _rows_shifted_sums(x4, n, q0, q1, K, a1, a2, s1, s2)
     cm = np.empty(C, dtype=np.float64)
     cq = np.empty(C, dtype=np.float64)
     redo = np.empty(C, dtype=np.bool_)
@@ -735,9 +752,10 @@ def _block_group_moments(x3, n, r0, r1, G, gmean, gm2, k, proto):
 
 
 @njit(cache=True)
-def _fwd_sample_tiles(gmean, gm2, n, S, L, M, eps, w, b, R, mT, sT, hT, mean_out, rstd_out, proto):
-    """Sample n: Chan-merge the P row blocks of each group in order -> mean/rstd, and the apply
-    coefficients of every channel repeated R times in the super-row tiles mT/sT/hT (R*C,)."""
+def _fwd_sample_tiles(gmean, gm2, n, Q, L, M, eps, w, b, R, mT, sT, hT, mean_out, rstd_out, proto):
+    """Sample n: Chan-merge the P blocks (of L super-rows of R rows, Q in all) of each group in
+    order -> mean/rstd, and the apply coefficients of every channel repeated R times in the
+    super-row tiles mT/sT/hT (R*C,)."""
     P = gmean.shape[1]
     G = gmean.shape[2]
     C = w.shape[0]
@@ -746,14 +764,14 @@ def _fwd_sample_tiles(gmean, gm2, n, S, L, M, eps, w, b, R, mT, sT, hT, mean_out
         tot = 0.0
         sm = 0.0
         for k in range(P):
-            cnt = np.float64(max(0, min(S, k * L + L) - k * L) * Cg)
+            cnt = np.float64(max(0, min(Q, k * L + L) - k * L) * R * Cg)
             if cnt > 0:
                 tot += cnt
                 sm += cnt * gmean[n, k, g]
         mean = sm / tot
         q = 0.0
         for k in range(P):
-            cnt = np.float64(max(0, min(S, k * L + L) - k * L) * Cg)
+            cnt = np.float64(max(0, min(Q, k * L + L) - k * L) * R * Cg)
             if cnt > 0:
                 d = gmean[n, k, g] - mean
                 q += gm2[n, k, g] + cnt * d * d
@@ -803,114 +821,112 @@ def _apply_superrows(x4, y4, n, q0, q1, m, s, h, silu):
 
 
 @njit(parallel=True, cache=True)
-def nhwc_forward(x3, y3, G, P, R, PA, fused, eps, w, b, mean_out, rstd_out, silu, proto):
-    """Channels-last forward in one call.  x3/y3: contiguous (N, S, C); P row blocks per sample
-    for the statistics; the apply runs over (N, S/R, R*C) super-rows cut into PA blocks.
-    ``fused`` (P = PA = 1): one work item per sample does its statistics, coefficients and
-    apply back to back, so the apply reads the sample from the core's cache."""
+def nhwc_forward(x3, y3, G, P, R, fused, eps, w, b, mean_out, rstd_out, silu, proto):
+    """Channels-last forward in one call.  x3/y3: contiguous (N, S, C), viewed as (N, S/R, R*C)
+    super-rows of R whole rows; P blocks of super-rows per sample.  ``fused`` (P = 1): one
+    work item per sample does its statistics, coefficients and apply back to back, so the
+    apply reads the sample from the core's cache."""
     N, S, C = x3.shape
     Cg = C // G
     M = Cg * S
-    L = (S + P - 1) // P
     T = R * C
     Q = S // R
+    L = (Q + P - 1) // P
     x4 = x3.reshape(N, Q, T)
     y4 = y3.reshape(N, Q, T)
     gmean = np.empty((N, P, G), dtype=np.float64)
     gm2 = np.empty((N, P, G), dtype=np.float64)
     if fused:
         for n in prange(N):
-            _block_group_moments(x3, n, 0, S, G, gmean, gm2, 0, proto)
+            _block_group_moments(x3, x4, n, 0, Q, G, gmean, gm2, 0, proto)
             m = _acc_empty(T, proto)
             s = _acc_empty(T, proto)
             h = _acc_empty(T, proto)
-            _fwd_sample_tiles(gmean, gm2, n, S, S, M, eps, w, b, R, m, s, h, mean_out, rstd_out, proto)
+            _fwd_sample_tiles(gmean, gm2, n, Q, Q, M, eps, w, b, R, m, s, h, mean_out, rstd_out, proto)
             _apply_superrows(x4, y4, n, 0, Q, m, s, h, silu)
         return
     for it in prange(N * P):
         n = it // P
-        k = it % P
-        r0 = min(S, k * L)
-        _block_group_moments(x3, n, r0, min(S, r0 + L), G, gmean, gm2, k, proto)
+        q0 = min(Q, (it % P) * L)
+        _block_group_moments(x3, x4, n, q0, min(Q, q0 + L), G, gmean, gm2, it % P, proto)
     mT = _acc_empty(N * T, proto)
     sT = _acc_empty(N * T, proto)
     hT = _acc_empty(N * T, proto)
     for n in prange(N):
-        _fwd_sample_tiles(gmean, gm2, n, S, L, M, eps, w, b, R, mT[n * T:(n + 1) * T],
+        _fwd_sample_tiles(gmean, gm2, n, Q, L, M, eps, w, b, R, mT[n * T:(n + 1) * T],
                           sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], mean_out, rstd_out, proto)
-    LA = (Q + PA - 1) // PA
-    for it in prange(N * PA):
-        n = it // PA
-        q0 = min(Q, (it % PA) * LA)
-        _apply_superrows(x4, y4, n, q0, min(Q, q0 + LA), mT[n * T:(n + 1) * T],
+    for it in prange(N * P):
+        n = it // P
+        q0 = min(Q, (it % P) * L)
+        _apply_superrows(x4, y4, n, q0, min(Q, q0 + L), mT[n * T:(n + 1) * T],
                          sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], silu)
 
 
 @njit(fastmath=_RED, cache=True)
-def _rows_bwd_sums(dy3, x3, n, r0, r1, m, sc, sh, silu, with_sx, a1, a2, a3, s1, s2, s3):
-    """Per-channel sum dz*(x - mean_hi), sum dz and (with_sx) sum (x - mean_hi) over rows
-    [r0, r1) of sample n; m/sc/sh: per-channel mean_hi, scale, shift (C,).  Without SiLU four
-    rows per update of the accumulator arrays."""
-    C = x3.shape[2]
-    for q0 in range(r0, r1, ROWS_PER_FLUSH):
-        q1 = min(r1, q0 + ROWS_PER_FLUSH)
-        for c in range(C):
-            a1[c] = 0
-            a2[c] = 0
-            a3[c] = 0
-        r = q0
+def _rows_bwd_sums(dy4, x4, n, q0, q1, m, sc, sh, silu, with_sx, a1, a2, a3, s1, s2, s3):
+    """Per-channel sum dz*(x - mean_hi), sum dz and (with_sx) sum (x - mean_hi) over
+    super-rows [q0, q1) of sample n; m/sc/sh: mean_hi, scale, shift tiles (R*C,).  float32
+    partials per super-row position, folded into the per-channel float64 sums s1/s2/s3.
+    Without SiLU four super-rows per update of the accumulator arrays."""
+    T = x4.shape[2]
+    for b0 in range(q0, q1, ROWS_PER_FLUSH):
+        b1 = min(q1, b0 + ROWS_PER_FLUSH)
+        for i in range(T):
+            a1[i] = 0
+            a2[i] = 0
+            a3[i] = 0
+        q = b0
         if not silu:
             if with_sx:
-                while r + 4 <= q1:
-                    for c in range(C):
-                        mc = m[c]
-                        d0 = _load(dy3[n, r, c])
-                        d1 = _load(dy3[n, r + 1, c])
-                        d2 = _load(dy3[n, r + 2, c])
-                        d3 = _load(dy3[n, r + 3, c])
-                        x0 = _load(x3[n, r, c]) - mc
-                        x1 = _load(x3[n, r + 1, c]) - mc
-                        x2 = _load(x3[n, r + 2, c]) - mc
-                        xq = _load(x3[n, r + 3, c]) - mc
-                        a1[c] += (d0 * x0 + d1 * x1) + (d2 * x2 + d3 * xq)
-                        a2[c] += (d0 + d1) + (d2 + d3)
-                        a3[c] += (x0 + x1) + (x2 + xq)
-                    r += 4
+                while q + 4 <= b1:
+                    for i in range(T):
+                        mi = m[i]
+                        d0 = _load(dy4[n, q, i])
+                        d1 = _load(dy4[n, q + 1, i])
+                        d2 = _load(dy4[n, q + 2, i])
+                        d3 = _load(dy4[n, q + 3, i])
+                        x0 = _load(x4[n, q, i]) - mi
+                        x1 = _load(x4[n, q + 1, i]) - mi
+                        x2 = _load(x4[n, q + 2, i]) - mi
+                        xq = _load(x4[n, q + 3, i]) - mi
+                        a1[i] += (d0 * x0 + d1 * x1) + (d2 * x2 + d3 * xq)
+                        a2[i] += (d0 + d1) + (d2 + d3)
+                        a3[i] += (x0 + x1) + (x2 + xq)
+                    q += 4
             else:
-                while r + 4 <= q1:
-                    for c in range(C):
-                        mc = m[c]
-                        d0 = _load(dy3[n, r, c])
-                        d1 = _load(dy3[n, r + 1, c])
-                        d2 = _load(dy3[n, r + 2, c])
-                        d3 = _load(dy3[n, r + 3, c])
-                        a1[c] += ((d0 * (_load(x3[n, r, c]) - mc) + d1 * (_load(x3[n, r + 1, c]) - mc))
-                                  + (d2 * (_load(x3[n, r + 2, c]) - mc)
-                                     + d3 * (_load(x3[n, r + 3, c]) - mc)))
-                        a2[c] += (d0 + d1) + (d2 + d3)
-                    r += 4
-        while r < q1:
+                while q + 4 <= b1:
+                    for i in range(T):
+                        mi = m[i]
+                        d0 = _load(dy4[n, q, i])
+                        d1 = _load(dy4[n, q + 1, i])
+                        d2 = _load(dy4[n, q + 2, i])
+                        d3 = _load(dy4[n, q + 3, i])
+                        a1[i] += ((d0 * (_load(x4[n, q, i]) - mi) + d1 * (_load(x4[n, q + 1, i]) - mi))
+                                  + (d2 * (_load(x4[n, q + 2, i]) - mi)
+                                     + d3 * (_load(x4[n, q + 3, i]) - mi)))
+                        a2[i] += (d0 + d1) + (d2 + d3)
+                    q += 4
+        while q < b1:
             if silu:
-                for c in range(C):
-                    xc = _load(x3[n, r, c]) - m[c]
-                    z = xc * sc[c] + sh[c]
+                for i in range(T):
+                    xc = _load(x4[n, q, i]) - m[i]
+                    z = xc * sc[i] + sh[i]
                     s = _silu_parts(z)
-                    dz = _load(dy3[n, r, c]) * (s * (_acc(1.0, z) + z * (_acc(1.0, z) - s)))
-                    a1[c] += dz * xc
-                    a2[c] += dz
-                    a3[c] += xc
+                    dz = _load(dy4[n, q, i]) * (s * (_acc(1.0, z) + z * (_acc(1.0, z) - s)))
+                    a1[i] += dz * xc
+                    a2[i] += dz
+                    a3[i] += xc
             else:
-                for c in range(C):
-                    dz = _load(dy3[n, r, c])
-                    xc = _load(x3[n, r, c]) - m[c]
-                    a1[c] += dz * xc
-                    a2[c] += dz
-                    a3[c] += xc
-            r += 1
-        for c in range(C):
-            s1[c] += np.float64(a1[c])
-            s2[c] += np.float64(a2[c])
-            s3[c] += np.float64(a3[c])
+                for i in range(T):
+                    dz = _load(dy4[n, q, i])
+                    xc = _load(x4[n, q, i]) - m[i]
+                    a1[i] += dz * xc
+                    a2[i] += dz
+                    a3[i] += xc
+            q += 1
+        _fold_rows(a1, s1)
+        _fold_rows(a2, s2)
+        _fold_rows(a3, s3)
 
 
 @njit(cache=True)
@@ -1022,24 +1038,26 @@ def _bwd_apply_superrows(dy4, x4, dx4, n, q0, q1, m, s, h, a, bt, gt, silu):
 
 
 @njit(cache=True)
-def _bwd_block_sums(dy3, x3, n, r0, r1, m, sc, sh, silu, mean_in, rstd_in, refine, refine_above,
+def _bwd_block_sums(dy4, x4, n, q0, q1, m, sc, sh, silu, mean_in, rstd_in, refine, refine_above,
                     pds, pdb, psx, k, proto):
-    """Rows [r0, r1) of sample n: per-channel sums into pds/pdb/psx[n, k]; sum (x - mean_hi)
-    only where SiLU or the mean refinement of one of the sample's groups needs it."""
-    C = x3.shape[2]
+    """Super-rows [q0, q1) of sample n: per-channel sums into pds/pdb/psx[n, k]; sum
+    (x - mean_hi) only where SiLU or the mean refinement of one of the sample's groups needs
+    it.  m/sc/sh: coefficient tiles (R*C,)."""
+    C = pds.shape[2]
+    T = x4.shape[2]
     G = mean_in.shape[1]
     with_sx = silu
     if refine:
         for g in range(G):
             if abs(np.float64(mean_in[n, g])) * np.float64(rstd_in[n, g]) > refine_above:
                 with_sx = True
-    a1 = _acc_empty(C, proto)
-    a2 = _acc_empty(C, proto)
-    a3 = _acc_empty(C, proto)
+    a1 = _acc_empty(T, proto)
+    a2 = _acc_empty(T, proto)
+    a3 = _acc_empty(T, proto)
     s1 = np.zeros(C, dtype=np.float64)
     s2 = np.zeros(C, dtype=np.float64)
     s3 = np.zeros(C, dtype=np.float64)
-    _rows_bwd_sums(dy3, x3, n, r0, r1, m, sc, sh, silu, with_sx, a1, a2, a3, s1, s2, s3)
+    _rows_bwd_sums(dy4, x4, n, q0, q1, m, sc, sh, silu, with_sx, a1, a2, a3, s1, s2, s3)
     for c in range(C):
         pds[n, k, c] = s1[c]
         pdb[n, k, c] = s2[c]
@@ -1051,7 +1069,7 @@ DW_BLOCK = 256
 
 
 @njit(parallel=True, cache=True)
-def nhwc_backward(dy3, x3, dx3, mean_in, rstd_in, w, b, G, P, R, PA, fused, silu, refine,
+def nhwc_backward(dy3, x3, dx3, mean_in, rstd_in, w, b, G, P, R, fused, silu, refine,
                   refine_above, dw, dbias, proto):
     """Channels-last backward in one call (closed form from the saved statistics): per-block
     per-channel sums, per-sample dx coefficients, dx over super-rows, then dweight/dbias
@@ -1060,9 +1078,9 @@ def nhwc_backward(dy3, x3, dx3, mean_in, rstd_in, w, b, G, P, R, PA, fused, silu
     N, S, C = x3.shape
     Cg = C // G
     M = Cg * S
-    L = (S + P - 1) // P
     T = R * C
     Q = S // R
+    L = (Q + P - 1) // P
     x4 = x3.reshape(N, Q, T)
     dy4 = dy3.reshape(N, Q, T)
     dx4 = dx3.reshape(N, Q, T)
@@ -1077,7 +1095,7 @@ def nhwc_backward(dy3, x3, dx3, mean_in, rstd_in, w, b, G, P, R, PA, fused, silu
             s = _acc_empty(T, proto)
             h = _acc_empty(T, proto)
             _bwd_sample_tiles(mean_in, rstd_in, n, w, b, R, m, s, h, proto)
-            _bwd_block_sums(dy3, x3, n, 0, S, m[:C], s[:C], h[:C], silu, mean_in, rstd_in, refine,
+            _bwd_block_sums(dy4, x4, n, 0, Q, m, s, h, silu, mean_in, rstd_in, refine,
                             refine_above, pds, pdb, psx, 0, proto)
             bt = _acc_empty(T, proto)
             gt = _acc_empty(T, proto)
@@ -1093,21 +1111,19 @@ def nhwc_backward(dy3, x3, dx3, mean_in, rstd_in, w, b, G, P, R, PA, fused, silu
                               sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], proto)
         for it in prange(N * P):
             n = it // P
-            k = it % P
-            r0 = min(S, k * L)
-            _bwd_block_sums(dy3, x3, n, r0, min(S, r0 + L), mT[n * T:n * T + C], sT[n * T:n * T + C],
-                            hT[n * T:n * T + C], silu, mean_in, rstd_in, refine, refine_above, pds,
-                            pdb, psx, k, proto)
+            q0 = min(Q, (it % P) * L)
+            _bwd_block_sums(dy4, x4, n, q0, min(Q, q0 + L), mT[n * T:(n + 1) * T],
+                            sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], silu, mean_in, rstd_in,
+                            refine, refine_above, pds, pdb, psx, it % P, proto)
         bT = _acc_empty(N * T, proto)
         gT = _acc_empty(N * T, proto)
         for n in prange(N):
             _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above, w, M, R,
                                bT[n * T:(n + 1) * T], gT[n * T:(n + 1) * T], dwp, db_nc, proto)
-        LA = (Q + PA - 1) // PA
-        for it in prange(N * PA):
-            n = it // PA
-            q0 = min(Q, (it % PA) * LA)
-            _bwd_apply_superrows(dy4, x4, dx4, n, q0, min(Q, q0 + LA), mT[n * T:(n + 1) * T],
+        for it in prange(N * P):
+            n = it // P
+            q0 = min(Q, (it % P) * L)
+            _bwd_apply_superrows(dy4, x4, dx4, n, q0, min(Q, q0 + L), mT[n * T:(n + 1) * T],
                                  sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], sT[n * T:(n + 1) * T],
                                  bT[n * T:(n + 1) * T], gT[n * T:(n + 1) * T], silu)
     for cb in prange((C + DW_BLOCK - 1) // DW_BLOCK):

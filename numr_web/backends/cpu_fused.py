@@ -259,17 +259,17 @@ _NHWC_PLANS = {}
 
 
 def _nhwc_plan(N, S, C):
-    """(P, R, PA, fused) for the channels-last kernels: P row blocks per sample for the sums,
-    R rows per super-row, PA super-row blocks per sample for the elementwise pass; fused: one
-    work item per sample (P = PA = 1).  Fixed by the shape alone (cached)."""
+    """(P, R, fused) for the channels-last kernels: R rows per super-row, P blocks of
+    super-rows per sample (for the sums and for the elementwise pass); fused: one work item
+    per sample (P = 1).  Fixed by the shape alone (cached)."""
     key = (N, S, C)
     plan = _NHWC_PLANS.get(key)
     if plan is None:
         R = _superrow_factor(S, C)
         if N >= SAMPLE_ITEMS_MIN and S * C <= SAMPLE_FUSE_MAX:
-            plan = (1, R, 1, True)
+            plan = (1, R, True)
         else:
-            plan = (_pieces_nhwc(N, S, C), R, _pieces_nhwc(N, S // R, R * C), False)
+            plan = (_pieces_nhwc(N, S // R, R * C), R, False)
         if len(_NHWC_PLANS) < 256:
             _NHWC_PLANS[key] = plan
     return plan
@@ -324,9 +324,9 @@ def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
         return y, mean, rstd
 
     if layout == "nhwc":
-        P, R, PA, fused = _nhwc_plan(N, S, C)
+        P, R, fused = _nhwc_plan(N, S, C)
         k.nhwc_forward(_kernel_view(_channels_last_buffer(x)), _kernel_view(y3),
-                       G, P, R, PA, fused, eps, w64, b64, mean, rstd, silu, proto)
+                       G, P, R, fused, eps, w64, b64, mean, rstd, silu, proto)
         return y, mean, rstd
 
     # NCHW with few or huge groups: spatial pieces of each channel, merged per group
@@ -397,9 +397,9 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
         return (dx,) + _affine_out(dw64, db64, weight)
 
     if layout == "nhwc":
-        P, R, PA, fused = _nhwc_plan(N, S, C)
+        P, R, fused = _nhwc_plan(N, S, C)
         k.nhwc_backward(_kernel_view(_channels_last_buffer(dy)), _kernel_view(_channels_last_buffer(x)),
-                        _kernel_view(dx3), mean_a, rstd_a, w64, b64, G, P, R, PA,
+                        _kernel_view(dx3), mean_a, rstd_a, w64, b64, G, P, R,
                         fused, silu, refine, REFINE_ABOVE, dw64, db64, proto)
         return (dx,) + _affine_out(dw64, db64, weight)
 
