@@ -29,11 +29,12 @@ def test_large_offset_keeps_float32_precision(runner, rng, offset, layout):
     # The float32 floor of the usual formulas is ~2e-4 at 1e4 (PyTorch NCHW: 2e-4, 3e-3 at 1e5).
     # Compensated apply and a backward centred on mean_hi, with the saved float32 mean's low
     # part restored from sum(x - mean_hi) in the backward's reduction pass, keep ~1e-6.
-    assert rel_err(runner.get(y), yr) < 1e-5
+    # (every backend measures below 1.5e-6 here; 3e-6 leaves room for platform differences)
+    assert rel_err(runner.get(y), yr) < 3e-6
     assert rel_err(runner.get(mean), mr) < 1e-6 * offset
     dx, dw, db = numr_web.ops.group_norm_backward(runner.put(dy), runner.put(x), mean, rstd, runner.put(w), 32)
     dxr, dwr, dbr = ref_backward(dy, x, 32, w, b)
-    assert rel_err(runner.get(dx), dxr) < 1e-5
+    assert rel_err(runner.get(dx), dxr) < 3e-6
     assert rel_err(runner.get(dw), dwr) < 1e-5
     assert rel_err(runner.get(db), dbr) < 1e-5
 
@@ -204,3 +205,37 @@ def test_float16_backward_with_tiny_gradients(cpu_runner, rng):
     dxr = ref_backward(dy, x, 4, w)[0]
     # float16 subnormals carry an absolute error of up to 2**-25
     assert np.max(np.abs(dx.astype(np.float64) - dxr)) <= 2.0 ** -25 + 2e-3 * np.abs(dxr).max()
+
+
+@pytest.mark.parametrize("x_layout, dy_layout", [("nhwc", "nchw"), ("nchw", "nhwc")])
+@pytest.mark.parametrize("spatial", [(3, 3), (32, 32), (1031,)])  # 1031: prime, no even row blocks
+def test_backward_with_dy_in_another_layout(runner, rng, x_layout, dy_layout, spatial):
+    x = (5 + rng.standard_normal((2, 6) + spatial)).astype(np.float32)
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    w = rng.standard_normal(6).astype(np.float32)
+    xs = channels_last(x) if x_layout == "nhwc" else x
+    dys = channels_last(dy) if dy_layout == "nhwc" else dy
+    y, mean, rstd = numr_web.ops.group_norm_forward(runner.put(xs), runner.put(w), None, 3, 1e-5)
+    assert rel_err(runner.get(y), ref_forward(x, 3, w)[0]) < 1e-5
+    dx, dw, db = numr_web.ops.group_norm_backward(runner.put(dys), runner.put(xs), mean, rstd, runner.put(w), 3)
+    dxr, dwr, dbr = ref_backward(dy, x, 3, w)
+    assert _layout(runner.get(dx)) == _layout(xs)
+    assert rel_err(runner.get(dx), dxr) < 1e-5
+    assert rel_err(runner.get(dw), dwr) < 1e-5
+    assert rel_err(runner.get(db), dbr) < 1e-5
+
+
+@pytest.mark.parametrize("channels", [64, 320])
+def test_channels_last_sums_over_many_rows_stay_exact(runner, rng, channels):
+    # 4096 spatial rows per channel: a single float32 chain per channel (what BLAS and einsum do
+    # over the rows of an (N, S, C) buffer) loses ~1e-5 here; blocked sums keep ~1e-7.
+    x = (1e5 + rng.standard_normal((1, channels, 64, 64))).astype(np.float32)
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    w = rng.standard_normal(channels).astype(np.float32)
+    xs, dys = channels_last(x), channels_last(dy)
+    y, mean, rstd = numr_web.ops.group_norm_forward(runner.put(xs), runner.put(w), None, 8, 1e-5)
+    yr, _, rr = ref_forward(x, 8, w)
+    assert rel_err(runner.get(y), yr) < 1.5e-6
+    assert rel_err(runner.get(rstd), rr) < 1.5e-6
+    dx, _, _ = numr_web.ops.group_norm_backward(runner.put(dys), runner.put(xs), mean, rstd, runner.put(w), 8)
+    assert rel_err(runner.get(dx), ref_backward(dy, x, 8, w)[0]) < 1.5e-6
