@@ -12,11 +12,15 @@ Design (details in docs/cpu.md):
   (shifted sums, vectorized float32 partials flushed to float64) and its apply
   run back to back, so the second read of the group comes from the core's
   cache.  Backward likewise: per-channel sums, then dx, per (n, g).
-* NCHW with few or huge groups, and channels-last: the reduction is split into
-  pieces fixed by the shape (spatial pieces of a channel, or row blocks of the
-  (N, S, C) buffer), each piece gives float64 moments with its own shift, and
-  pieces are merged with Chan's formula in a fixed order.  Deterministic and
-  independent of the thread count.
+* NCHW with few or huge groups: each channel is cut into spatial pieces fixed by
+  the shape, each piece gives float64 moments with its own shift, and pieces are
+  merged with Chan's formula in a fixed order.
+* Channels-last: one kernel call per direction on the (N, S, C) buffer viewed as
+  super-rows of R whole rows; one work item per sample when samples are small
+  (statistics and apply back to back, from cache), else blocks of super-rows
+  whose per-channel moments are merged per group (Chan) and then per sample.
+  Every split is fixed by the shape: deterministic and independent of the
+  thread count.
 
 Importing this module never imports Numba; the kernels compile on first use
 and are cached on disk (Numba's ``cache=True``; ``NUMBA_CACHE_DIR`` moves it).
@@ -213,10 +217,17 @@ def _const64(value, C):
     return a
 
 
+def _as64(a, C):
+    """A contiguous float64 (C,) copy of a parameter (one astype for a plain (C,) array)."""
+    if type(a) is np.ndarray and a.shape == (C,):
+        return a.astype(np.float64)
+    return np.ascontiguousarray(np.asarray(a, np.float64).reshape(C))
+
+
 def _affine64(weight, bias, C):
-    w = _const64(1.0, C) if weight is None else np.asarray(weight, np.float64).reshape(C)
-    b = _const64(0.0, C) if bias is None else np.asarray(bias, np.float64).reshape(C)
-    return np.ascontiguousarray(w), np.ascontiguousarray(b)
+    w = _const64(1.0, C) if weight is None else _as64(weight, C)
+    b = _const64(0.0, C) if bias is None else _as64(bias, C)
+    return w, b
 
 
 def _stats_arg(a, n, acc):
@@ -278,12 +289,6 @@ def _nhwc_plan(N, S, C):
 def _piece_counts(S, P):
     L = -(-S // P)
     return np.array([max(0, min(S, (k + 1) * L) - k * L) for k in range(P)], np.float64)
-
-
-def _split64(mean64, acc):
-    mean_hi = mean64.astype(acc)
-    mean_lo = (mean64 - mean_hi.astype(np.float64)).astype(acc)
-    return mean_hi, mean_lo
 
 
 # ---------------------------------------------------------------------------
