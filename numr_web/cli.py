@@ -1,4 +1,4 @@
-"""``numr-web``: info, demo and bench."""
+"""``numr-web``: info, demo, bench and warmup."""
 from __future__ import annotations
 
 import argparse
@@ -48,6 +48,46 @@ def _cmd_bench(args) -> int:
     return run_bench(args)
 
 
+#: (N, C, H, W, G) calls that reach every fused CPU kernel family: many groups (one work
+#: item per group), few groups (spatial pieces), and groups past the piece limit
+WARMUP_SHAPES = [(2, 64, 4, 4, 32), (1, 4, 4, 4, 1), (1, 8, 512, 256, 2)]
+
+
+def _cmd_warmup(args) -> int:
+    """Compile the fused CPU kernels into Numba's on-disk cache (a later process loads them)."""
+    import time
+
+    import numpy as np
+
+    import numr_web
+    from numr_web.backends import numpy_
+    from numr_web.layout import BFLOAT16, channels_last_perm
+
+    numpy_.set_cpu_path("fused")  # BackendUnavailable (reported, exit 2) without Numba
+    numpy_.cpu_path()
+    dtypes = args.dtype or ["float32"]
+    layouts = ["nchw", "nhwc"] if args.layout == "both" else [args.layout]
+    total = time.perf_counter()
+    for name in dtypes:
+        dt = BFLOAT16 if name == "bfloat16" else np.dtype(name)
+        for layout in layouts:
+            start = time.perf_counter()
+            for *dims, groups in WARMUP_SHAPES:
+                x = np.linspace(-1, 1, int(np.prod(dims))).reshape(dims).astype(dt)
+                if layout == "nhwc":
+                    perm = channels_last_perm(x.ndim)
+                    x = np.ascontiguousarray(x.transpose(perm)).transpose(np.argsort(perm))
+                ones = np.ones(dims[1], np.float32)
+                # with and without affine parameters: a missing one is a read-only constant array,
+                # which Numba compiles as a type of its own
+                for w, act in ((ones, None), (ones, "silu"), (None, None), (None, "silu")):
+                    _, mean, rstd = numr_web.ops.group_norm_forward(x, w, w, groups, activation=act)
+                    numr_web.ops.group_norm_backward(x, x, mean, rstd, w, groups, bias=w, activation=act)
+            print(f"{name:9s} {layout}: {time.perf_counter() - start:6.1f} s")
+    print(f"fused CPU kernels compiled and cached in {time.perf_counter() - total:.1f} s")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="numr-web", description="GroupNorm on NumPy, CUDA and WebGPU")
     sub = p.add_subparsers(dest="command", required=True)
@@ -74,6 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--threads", type=int, default=None, help="torch/Numba threads (default: all cores)")
     b.add_argument("--json", default=None, metavar="PATH", help="write the rows as JSON")
     b.set_defaults(fn=_cmd_bench)
+
+    w = sub.add_parser("warmup", help="compile the fused CPU kernels now (first calls otherwise wait for it)")
+    w.add_argument("--dtype", action="append", choices=["float16", "bfloat16", "float32", "float64"],
+                   help="storage dtype to compile for (repeatable; default float32)")
+    w.add_argument("--layout", default="both", choices=["nchw", "nhwc", "both"])
+    w.set_defaults(fn=_cmd_warmup)
     return p
 
 

@@ -58,3 +58,41 @@ def test_bench_quick_writes_json_rows(tmp_path, path):
 def test_bench_rejects_bad_shapes():
     out = run("bench", "--shapes", "2,3")
     assert out.returncode == 2 and "--shapes" in out.stderr and "Traceback" not in out.stderr
+
+
+COUNT_COMPILES = r"""
+import sys
+import numpy as np
+import numr_web
+from numr_web.backends import numpy_, _cpu_fused_kernels as k
+
+numpy_.set_cpu_path("fused")
+rng = np.random.default_rng(0)
+# shapes unlike the warm-up's: a bench shape, odd sizes, a single sample, rank 3 and 5
+for shape, groups in [((2, 320, 16, 16), 32), ((3, 6, 5, 7), 3), ((1, 12, 40), 4), ((2, 8, 3, 4, 5), 2)]:
+    for layout in ("nchw", "nhwc"):
+        x = rng.standard_normal(shape).astype(np.float32)
+        if layout == "nhwc":
+            x = np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 1, -1)), -1, 1)
+        w = rng.standard_normal(shape[1]).astype(np.float32)
+        for wb in (w, None):
+            _, mean, rstd = numr_web.ops.group_norm_forward(x, wb, wb, groups)
+            numr_web.ops.group_norm_backward(x, x, mean, rstd, wb, groups, bias=wb)
+misses = {name: sum(f.stats.cache_misses.values()) for name, f in vars(k).items() if hasattr(f, "stats")}
+print({n: m for n, m in misses.items() if m})
+sys.exit(1 if any(misses.values()) else 0)
+"""
+
+
+def test_warmup_fills_the_kernel_cache_for_later_processes(tmp_path):
+    from conftest import require_target
+
+    require_target("cpu-fused")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    warm = subprocess.run([sys.executable, "-m", "numr_web.cli", "warmup"], capture_output=True, text=True,
+                          timeout=900, env=env)
+    assert warm.returncode == 0, warm.stderr
+    assert "float32   nchw" in warm.stdout and "float32   nhwc" in warm.stdout
+    later = subprocess.run([sys.executable, "-c", COUNT_COMPILES], capture_output=True, text=True,
+                           timeout=900, env=env)
+    assert later.returncode == 0, f"kernels compiled after the warm-up: {later.stdout}{later.stderr}"
