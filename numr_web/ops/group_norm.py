@@ -224,6 +224,11 @@ class GroupNormFunction(Function):
 def _bias_grad_without_weight(gy, x, mean, rstd, b, num_groups, activation):
     """dbias when there is a bias but no weight: the backends only reduce dbias alongside dweight."""
     be = backend_for(x)
+    g = gy.data
+    if activation is None and be.xp is not None:
+        # without an activation dbias is the per-channel sum of the upstream gradient
+        axes = (0,) + tuple(range(2, g.ndim))
+        return g.sum(axis=axes, dtype=be.xp.float64).astype(b.dtype)
     ones = be.full_like(b, 1)
     _, _, db = be.group_norm_backward(_normalize_layout(gy.data), x, mean, rstd, ones, b, num_groups, activation)
     return db
