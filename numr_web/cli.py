@@ -78,8 +78,7 @@ def _cmd_warmup(args) -> int:
                     perm = channels_last_perm(x.ndim)
                     x = np.ascontiguousarray(x.transpose(perm)).transpose(np.argsort(perm))
                 ones = np.ones(dims[1], np.float32)
-                # with and without affine parameters: a missing one is a read-only constant array,
-                # which Numba compiles as a type of its own
+                # with and without affine parameters, with and without SiLU
                 for w, act in ((ones, None), (ones, "silu"), (None, None), (None, "silu")):
                     _, mean, rstd = numr_web.ops.group_norm_forward(x, w, w, groups, activation=act)
                     numr_web.ops.group_norm_backward(x, x, mean, rstd, w, groups, bias=w, activation=act)

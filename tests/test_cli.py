@@ -75,9 +75,9 @@ for shape, groups in [((2, 320, 16, 16), 32), ((3, 6, 5, 7), 3), ((1, 12, 40), 4
         if layout == "nhwc":
             x = np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 1, -1)), -1, 1)
         w = rng.standard_normal(shape[1]).astype(np.float32)
-        for wb in (w, None):
-            _, mean, rstd = numr_web.ops.group_norm_forward(x, wb, wb, groups)
-            numr_web.ops.group_norm_backward(x, x, mean, rstd, wb, groups, bias=wb)
+        for wt, bs in ((w, w), (None, None), (w, None), (None, w)):
+            _, mean, rstd = numr_web.ops.group_norm_forward(x, wt, bs, groups)
+            numr_web.ops.group_norm_backward(x, x, mean, rstd, wt, groups, bias=bs)
 misses = {name: sum(f.stats.cache_misses.values()) for name, f in vars(k).items() if hasattr(f, "stats")}
 print({n: m for n, m in misses.items() if m})
 sys.exit(1 if any(misses.values()) else 0)

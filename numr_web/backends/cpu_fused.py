@@ -207,11 +207,15 @@ def _acc_info(dtype):
 
 
 def _const64(value, C):
-    """A read-only float64 array of C copies of value (cached; the kernels only read it)."""
+    """A float64 array of C copies of value (cached; the kernels only read it).
+
+    It stays writeable on purpose: Numba types a read-only array differently,
+    so a read-only constant made every call without a weight or a bias
+    compile (and cache) a second copy of each kernel.
+    """
     a = _CONST64.get((value, C))
     if a is None:
         a = np.full(C, value, np.float64)
-        a.flags.writeable = False
         if len(_CONST64) < 64:
             _CONST64[(value, C)] = a
     return a
