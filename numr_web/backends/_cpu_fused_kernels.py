@@ -752,6 +752,26 @@ def _block_group_moments(x3, x4, n, q0, q1, G, gmean, gm2, k, proto):
 
 
 @njit(cache=True)
+def _apply_coefficients(g, Cg, mean, rstd, w, b, mT, sT, hT, proto):
+    """Group g's channels: mean_hi, scale = rstd*w and shift = b - mean_lo*scale (first C of the tiles)."""
+    mhi, mlo = _split_mean(mean, proto)
+    for j in range(Cg):
+        c = g * Cg + j
+        sc = rstd * w[c]
+        mT[c] = mhi
+        sT[c] = _acc(sc, proto)
+        hT[c] = _acc(b[c] - np.float64(mlo) * sc, proto)
+
+
+@njit(cache=True)
+def _repeat_tile(t, R, C):
+    """Copy the first C entries of a super-row tile (R*C,) to its R-1 further rows."""
+    for r in range(1, R):
+        for c in range(C):
+            t[r * C + c] = t[c]
+
+
+@njit(cache=True)
 def _fwd_sample_tiles(gmean, gm2, n, Q, L, M, eps, w, b, R, mT, sT, hT, mean_out, rstd_out, proto):
     """Sample n: Chan-merge the P blocks (of L super-rows of R rows, Q in all) of each group in
     order -> mean/rstd, and the apply coefficients of every channel repeated R times in the
@@ -778,18 +798,10 @@ def _fwd_sample_tiles(gmean, gm2, n, Q, L, M, eps, w, b, R, mT, sT, hT, mean_out
         rstd = 1.0 / np.sqrt(q / M + eps)
         mean_out[n, g] = mean
         rstd_out[n, g] = rstd
-        mhi, mlo = _split_mean(mean, proto)
-        for j in range(Cg):
-            c = g * Cg + j
-            sc = rstd * w[c]
-            mT[c] = mhi
-            sT[c] = _acc(sc, proto)
-            hT[c] = _acc(b[c] - np.float64(mlo) * sc, proto)
-    for r in range(1, R):
-        for c in range(C):
-            mT[r * C + c] = mT[c]
-            sT[r * C + c] = sT[c]
-            hT[r * C + c] = hT[c]
+        _apply_coefficients(g, Cg, mean, rstd, w, b, mT, sT, hT, proto)
+    _repeat_tile(mT, R, C)
+    _repeat_tile(sT, R, C)
+    _repeat_tile(hT, R, C)
 
 
 @njit(fastmath=_EW, cache=True)
@@ -937,19 +949,11 @@ def _bwd_sample_tiles(mean_in, rstd_in, n, w, b, R, mT, sT, hT, proto):
     C = w.shape[0]
     Cg = C // G
     for g in range(G):
-        rstd = np.float64(rstd_in[n, g])
-        mhi, mlo = _split_mean(np.float64(mean_in[n, g]), proto)
-        for j in range(Cg):
-            c = g * Cg + j
-            sc = rstd * w[c]
-            mT[c] = mhi
-            sT[c] = _acc(sc, proto)
-            hT[c] = _acc(b[c] - np.float64(mlo) * sc, proto)
-    for r in range(1, R):
-        for c in range(C):
-            mT[r * C + c] = mT[c]
-            sT[r * C + c] = sT[c]
-            hT[r * C + c] = hT[c]
+        _apply_coefficients(g, Cg, np.float64(mean_in[n, g]), np.float64(rstd_in[n, g]), w, b,
+                            mT, sT, hT, proto)
+    _repeat_tile(mT, R, C)
+    _repeat_tile(sT, R, C)
+    _repeat_tile(hT, R, C)
 
 
 @njit(fastmath=_RED, cache=True)
@@ -994,10 +998,8 @@ def _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above,
             bT[c] = beta
             gT[c] = gamma
             dwp[n, c] = rstd * (ds[c] - mlo * db_nc[n, c])
-    for r in range(1, R):
-        for c in range(C):
-            bT[r * C + c] = bT[c]
-            gT[r * C + c] = gT[c]
+    _repeat_tile(bT, R, C)
+    _repeat_tile(gT, R, C)
 
 
 @njit(fastmath=_EW, cache=True)
