@@ -20,6 +20,7 @@ Numerics (shared with the WGSL, CUDA and Numba kernels):
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 
@@ -268,6 +269,7 @@ def _row_sums(rows, ct):
     return (rows @ ones).astype(np.float64), _row_dots(rows, rows).astype(np.float64)
 
 
+@functools.lru_cache(maxsize=256)
 def _sum_block(s):
     """Rows per block for channels-last sums: the largest divisor of s in [64, 512], else s."""
     for b in range(min(512, s), 63, -1):
