@@ -239,3 +239,28 @@ def test_channels_last_sums_over_many_rows_stay_exact(runner, rng, channels):
     assert rel_err(runner.get(rstd), rr) < 1.5e-6
     dx, _, _ = numr_web.ops.group_norm_backward(runner.put(dys), runner.put(xs), mean, rstd, runner.put(w), 8)
     assert rel_err(runner.get(dx), ref_backward(dy, x, 8, w)[0]) < 1.5e-6
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("shape, groups", [((2, 64, 16, 16), 32), ((1, 4, 16, 16), 1)])
+def test_silu_backward_at_large_offset(runner, rng, layout, shape, groups):
+    # The backward rebuilds SiLU's input z from the saved float32 mean; at offset 1e4 that mean is
+    # off by up to 5e-4, and so z.  The CPU paths restore the mean's low part before rebuilding z.
+    x = (1e4 + rng.standard_normal(shape)).astype(np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    c = shape[1]
+    w = rng.standard_normal(c).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    if layout == "nhwc":
+        x, dy = channels_last(x), channels_last(dy)
+    put = runner.put
+    y, mean, rstd = numr_web.ops.group_norm_forward(put(x), put(w), put(b), groups, activation="silu")
+    assert rel_err(runner.get(y), ref_forward(x, groups, w, b, activation="silu")[0]) < 3e-6
+    dx, dw, db = numr_web.ops.group_norm_backward(put(dy), put(x), mean, rstd, put(w), groups, bias=put(b),
+                                                  activation="silu")
+    dxr, dwr, dbr = ref_backward(dy, x, groups, w, b, activation="silu")
+    # WebGPU and CUDA do not restore it yet (README, Numerics): their known bound is asserted
+    bound = 3e-6 if runner.target.startswith("cpu") else 2e-3
+    assert rel_err(runner.get(dx), dxr) < bound
+    assert rel_err(runner.get(dw), dwr) < max(bound, 1e-5)
+    assert rel_err(runner.get(db), dbr) < max(bound, 1e-5)

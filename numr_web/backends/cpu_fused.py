@@ -366,6 +366,32 @@ def _affine_out(dw64, db64, weight):
     return dw64.astype(wdt, copy=False), db64.astype(wdt, copy=False)
 
 
+def _refined_mean(x, layout, mean_f, rstd_f, N, G, M):
+    """The saved float32 mean with its low part restored, as float64, where it matters for SiLU.
+
+    With SiLU the kernels rebuild the pre-activation from the given mean before their own
+    refinement (which comes with the sums), and a z off by mean_lo * scale (5e-4 at offset 1e4)
+    cost dx 8e-4 of relative precision.  Where |mean| * rstd > REFINE_ABOVE the low part is taken
+    from sum(x - mean_hi) here, in float64, first (one extra read of x, on that rare path only);
+    the kernels split a float64 mean into the same hi and lo.
+    """
+    mean_hi = mean_f.reshape(N, G).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        need = np.abs(mean_hi) * rstd_f.reshape(N, G) > REFINE_ABOVE
+    if not need.any():
+        return mean_f
+    if layout == "nhwc":
+        sums = _channels_last_buffer(x).sum(axis=1, dtype=np.float64).reshape(N, G, -1).sum(axis=2)
+    else:
+        sums = x.reshape(N, G, -1).sum(axis=2, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        lo = sums / M - mean_hi
+        # only within the saved mean's own rounding: statistics passed on purpose are used as given
+        ulp = np.spacing(np.abs(mean_f.reshape(N, G))).astype(np.float64)
+        lo = np.where(need & (np.abs(lo) <= ulp), lo, 0.0)
+    return (mean_hi + lo).reshape(-1)
+
+
 def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=None):
     """Return ``(dx, dweight, dbias)`` from the saved statistics (closed form)."""
     x, layout = _layout(np.asarray(x))
@@ -392,6 +418,9 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
     # part is recovered from sum(x - mean_hi), accumulated with the other sums; elsewhere the
     # saved mean's rounding moves xhat by less than 16 * 2**-24 and that sum is skipped.
     refine = acc == np.float32
+    if silu and refine:
+        mean_f = _refined_mean(x, layout, mean_f, rstd_f, N, G, M)
+        mean_a = mean_f.reshape(N, G)
     dw64 = np.empty(C, np.float64)
     db64 = np.empty(C, np.float64)
 
