@@ -32,6 +32,7 @@ import math
 import numpy as np
 
 from numr_web.layout import BFLOAT16, accumulation_dtype, memory_layout
+from numr_web.backends.numpy_ import refine_mean
 
 _INSTALL_HINT = "pip install 'numr-web[fast]'"
 
@@ -385,11 +386,8 @@ def _refined_mean(x, layout, mean_f, rstd_f, N, G, M):
     else:
         sums = x.reshape(N, G, -1).sum(axis=2, dtype=np.float64)
     with np.errstate(invalid="ignore"):
-        lo = sums / M - mean_hi
-        # only within the saved mean's own rounding: statistics passed on purpose are used as given
-        ulp = np.spacing(np.abs(mean_f.reshape(N, G))).astype(np.float64)
-        lo = np.where(need & (np.abs(lo) <= ulp), lo, 0.0)
-    return (mean_hi + lo).reshape(-1)
+        lo = refine_mean(mean_f.reshape(N, G), sums - M * mean_hi, M, np.float32)  # the NumPy path's rule
+    return (mean_hi + np.where(need, lo, 0.0)).reshape(-1)
 
 
 def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=None):

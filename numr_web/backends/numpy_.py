@@ -61,20 +61,7 @@ def cpu_path() -> str:
     return "fused" if ok else "numpy"
 
 
-_fused_status_cache = None
-
-
 def _fused_status():
-    global _fused_status_cache
-    if _fused_status_cache is not None:
-        return _fused_status_cache
-    status = _find_fused()
-    if status[0]:  # a missing Numba may be installed later in the session; a found one stays
-        _fused_status_cache = status
-    return status
-
-
-def _find_fused():
     try:
         from numr_web.backends import cpu_fused
     except ImportError as exc:
@@ -221,15 +208,19 @@ def _per_channel(v, num_groups, cpg, ct):
     return np.asarray(v, dtype=ct).reshape(1, num_groups, cpg)
 
 
-def _silu_inplace(t):
-    """t <- t * sigmoid(t), in place; returns sigmoid(t) in a new buffer."""
+def _sigmoid(t):
+    """sigmoid(t) in a new buffer."""
     with np.errstate(over="ignore"):
         sig = np.negative(t)
         np.exp(sig, out=sig)
         sig += 1
         np.reciprocal(sig, out=sig)
-    t *= sig
     return sig
+
+
+def _silu_inplace(t):
+    """t <- t * sigmoid(t), in place."""
+    t *= _sigmoid(t)
 
 
 def _affine_coefficients(mean_hi, mean_lo, rstd, weight, bias, num_groups, cpg, ct):
@@ -243,14 +234,6 @@ def _affine_coefficients(mean_hi, mean_lo, rstd, weight, bias, num_groups, cpg, 
     if bias is not None:
         shift = shift + _per_channel(bias, num_groups, cpg, ct)
     return scale.astype(ct), shift.astype(ct)
-
-
-def _centered_affine(xv, mean_hi, scale, shift, ct, out=None):
-    """(x - mean_hi) * scale + shift over a group view, in ``ct`` (into ``out`` if given)."""
-    t = np.subtract(xv, mean_hi[:, :, None, None], dtype=ct, out=out)
-    t *= scale[..., None]
-    t += shift[..., None]
-    return t
 
 
 def _row_dots(a, b):
@@ -430,14 +413,14 @@ def numpy_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=None)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         centre = np.nanmax(np.abs(mean_hi) * rstd)
         # (one-element groups have dx == 0 exactly; the centred path gives that exactly)
-        centred = not (activation is None and m > 1 and centre <= _POOR_SHIFT)
-        if not centred:
+        if activation is None and m > 1 and centre <= _POOR_SHIFT:
             # sum(dy * (x - mean)) = sum(dy * x) - mean * sum(dy) loses at most a few bits
             # when |mean| * rstd <= 8, and saves the centred temporary and a pass
             dz, xt = dyv, xv
             dbnc = L.channel_sums(dz, ct)
             ds = L.channel_dots(dz, xt, ct) - mean_hi.astype(np.float64)[:, :, None] * dbnc
-            lo = 0.0
+            lo = np.zeros((n, g))
+            x_shift = mean_hi.astype(np.float64)  # xt is x, not x - mean_hi
         else:
             xt = np.subtract(xv, L.group(mean_hi), dtype=ct)  # x - mean_hi, exact
             if ct != np.float64 and centre > _PLAIN_APPLY_LIMIT:
@@ -452,14 +435,15 @@ def numpy_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=None)
             ds = L.channel_dots(dz, xt, ct)
             dbnc = L.channel_sums(dz, ct)
             lo = mean_lo.astype(np.float64)
+            x_shift = 0.0
         wsum = (lambda v: (w64 * v).sum(axis=2)) if w64 is not None else (lambda v: v.sum(axis=2))
         sg, sgx = wsum(dbnc), wsum(ds)
         b = r * (sgx - lo * sg) / m
         a = sg / m
         c1 = r[:, :, None] * w64 if w64 is not None else np.broadcast_to(r[:, :, None], (n, g, cpg))
         c2 = -r * r * b
-        # dx = c1 * dz + c2 * (xt - lo) - r * a, with xt = x (uncentred) or x - mean_hi
-        c3 = -r * a - c2 * (lo if centred else mean_hi.astype(np.float64))
+        # dx = c1 * dz + c2 * (xt - x_shift - lo) - r * a, xt = x (uncentred) or x - mean_hi
+        c3 = -r * a - c2 * (lo + x_shift)
         dxv = L.view(dx)
         t = dxv if dx.dtype == ct else L.empty(ct)
         _combine_dx(L, t, dz, xt, c1, c2, c3, ct)
@@ -468,7 +452,7 @@ def numpy_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=None)
     if weight is None:
         return dx, None, None
     wdt = np.asarray(weight).dtype
-    dw = (r[:, :, None] * (ds - lo[:, :, None] * dbnc if centred else ds)).sum(axis=0).reshape(-1).astype(wdt)
+    dw = (r[:, :, None] * (ds - lo[:, :, None] * dbnc)).sum(axis=0).reshape(-1).astype(wdt)
     db = dbnc.sum(axis=0).reshape(-1).astype(wdt)
     return dx, dw, db
 
@@ -477,7 +461,7 @@ def _silu_grad(xc, scale, shift, dy):
     """dy * silu'(z) with z = xc * scale + shift (the pre-activation)."""
     z = xc * scale
     z += shift
-    sig = _silu_inplace(z.copy())  # sigmoid(z)
+    sig = _sigmoid(z)
     # silu'(z) = s * (1 + z * (1 - s))
     dz = 1 - sig
     dz *= z
