@@ -468,6 +468,20 @@ def _refine_low_part(mean_hi, rstd, sx, M):
     return lo if abs(lo) <= _float32_ulp(np.float64(mean_hi)) else 0.0
 
 
+@njit(cache=True)
+def _dx_coefficients(mean_hi, mean_lo, rstd, sg, sgx, sx, refine, refine_above, M):
+    """A group's closed-form dx coefficients from its sums, in float64: (mean_lo used, beta,
+    gamma) with dx = rstd*w*dz + beta*(x - mean_hi) + gamma; sg = sum w*db, sgx = sum w*ds.
+    With ``refine`` and |mean| * rstd > refine_above the saved mean's low part is taken from
+    sx = sum(x - mean_hi)."""
+    mlo = np.float64(mean_lo)
+    if refine and abs(np.float64(mean_hi)) * rstd > refine_above:
+        mlo = _refine_low_part(mean_hi, rstd, sx, M)
+    bb = rstd * (sgx - mlo * sg) / M
+    a = sg / M
+    return mlo, -rstd * rstd * bb, rstd * rstd * bb * mlo - rstd * a
+
+
 @njit(parallel=True, cache=True)
 def bwd_nchw_groups(dy3, x3, dx3, mean_in, rstd_in, w, b, G, silu, refine, refine_above, ds_nc,
                     db_nc, mlo_out, dw, dbias, proto):
@@ -485,15 +499,10 @@ def bwd_nchw_groups(dy3, x3, dx3, mean_in, rstd_in, w, b, G, silu, refine, refin
         ref = refine and abs(np.float64(mean_hi)) * rstd > refine_above
         sg, sgx, sx = _bwd_group_sums(dy3, x3, t, c0, mean_hi, zlo, rstd, w, b, silu, ref, ds_nc,
                                       db_nc, proto)
-        mlo = zlo
-        if ref:
-            mlo = _refine_low_part(mean_hi, rstd, sx, M)
+        mlo, beta, gamma = _dx_coefficients(mean_hi, zlo, rstd, sg, sgx, sx, ref, refine_above, M)
         mlo_out[t] = mlo
-        bb = rstd * (sgx - mlo * sg) / M
-        a = sg / M
-        beta = _acc(-rstd * rstd * bb, proto)
-        gamma = _acc(rstd * rstd * bb * mlo - rstd * a, proto)
-        _bwd_apply_group(dy3, x3, dx3, t, c0, mean_hi, zlo, rstd, w, b, beta, gamma, silu, proto)
+        _bwd_apply_group(dy3, x3, dx3, t, c0, mean_hi, zlo, rstd, w, b, _acc(beta, proto),
+                         _acc(gamma, proto), silu, proto)
     C = w.shape[0]
     for c in range(C):
         dw[c] = 0.0
@@ -978,7 +987,6 @@ def _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above,
     for g in range(G):
         rstd = np.float64(rstd_in[n, g])
         mhi, mlo32 = _split_mean(np.float64(mean_in[n, g]), proto)
-        mlo = np.float64(mlo32)
         sg = 0.0
         sgx = 0.0
         sxg = 0.0
@@ -987,16 +995,11 @@ def _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above,
             sg += w[c] * db_nc[n, c]
             sgx += w[c] * ds[c]
             sxg += sx[c]
-        if refine and abs(np.float64(mhi)) * rstd > refine_above:
-            mlo = _refine_low_part(mhi, rstd, sxg, M)
-        bb = rstd * (sgx - mlo * sg) / M
-        a = sg / M
-        beta = _acc(-rstd * rstd * bb, proto)
-        gamma = _acc(rstd * rstd * bb * mlo - rstd * a, proto)
+        mlo, beta, gamma = _dx_coefficients(mhi, mlo32, rstd, sg, sgx, sxg, refine, refine_above, M)
         for j in range(Cg):
             c = g * Cg + j
-            bT[c] = beta
-            gT[c] = gamma
+            bT[c] = _acc(beta, proto)
+            gT[c] = _acc(gamma, proto)
             dwp[n, c] = rstd * (ds[c] - mlo * db_nc[n, c])
     _repeat_tile(bT, R, C)
     _repeat_tile(gT, R, C)
@@ -1168,20 +1171,8 @@ def finish_forward(mean64, m264, M, eps, w, b, mean_out, rstd_out, mhi_nc, scale
 def backward_coefficients(mean_in, rstd_in, w, b, R, mhi_nc, scale_nc, shift_nc, proto):
     """Per-(n, c) mean_hi, scale = rstd*w and shift = b - mean_lo*scale from the saved stats,
     written R times along each row of the (N, R*C) outputs (super-row tiles; R=1: (N, C))."""
-    N, G = mean_in.shape
-    C = w.shape[0]
-    Cg = C // G
-    for n in range(N):
-        for g in range(G):
-            rstd = np.float64(rstd_in[n, g])
-            mhi, mlo = _split_mean(np.float64(mean_in[n, g]), proto)
-            for j in range(Cg):
-                c = g * Cg + j
-                sc = rstd * w[c]
-                for r in range(R):
-                    mhi_nc[n, r * C + c] = mhi
-                    scale_nc[n, r * C + c] = sc
-                    shift_nc[n, r * C + c] = b[c] - np.float64(mlo) * sc
+    for n in range(mean_in.shape[0]):
+        _bwd_sample_tiles(mean_in, rstd_in, n, w, b, R, mhi_nc[n], scale_nc[n], shift_nc[n], proto)
 
 
 @njit(cache=True)
@@ -1199,7 +1190,6 @@ def finish_backward(ds_nc, db_nc, sx_nc, mean_in, rstd_in, refine, refine_above,
         for g in range(G):
             rstd = np.float64(rstd_in[n, g])
             mhi, mlo32 = _split_mean(np.float64(mean_in[n, g]), proto)
-            mlo = np.float64(mlo32)
             sg = 0.0
             sgx = 0.0
             sx = 0.0
@@ -1208,12 +1198,7 @@ def finish_backward(ds_nc, db_nc, sx_nc, mean_in, rstd_in, refine, refine_above,
                 sg += w[c] * db_nc[n, c]
                 sgx += w[c] * ds_nc[n, c]
                 sx += sx_nc[n, c]
-            if refine and abs(np.float64(mhi)) * rstd > refine_above:
-                mlo = _refine_low_part(mhi, rstd, sx, M)
-            bb = rstd * (sgx - mlo * sg) / M
-            a = sg / M
-            beta = -rstd * rstd * bb
-            gamma = rstd * rstd * bb * mlo - rstd * a
+            mlo, beta, gamma = _dx_coefficients(mhi, mlo32, rstd, sg, sgx, sx, refine, refine_above, M)
             for j in range(Cg):
                 c = g * Cg + j
                 for r in range(R):
