@@ -815,7 +815,7 @@ def _fwd_sample_tiles(gmean, gm2, n, Q, L, M, eps, w, b, R, mT, sT, hT, mean_out
 
 @njit(fastmath=_EW, cache=True)
 def _apply_superrows(x4, y4, n, q0, q1, m, s, h, silu):
-    """y = (x - m) * s + h (then SiLU) over super-rows [q0, q1) of sample n; without SiLU four
+    """y = (x - m) * s + h (then SiLU) over super-rows [q0, q1) of sample n; without SiLU two
     super-rows share each load of the coefficients."""
     T = x4.shape[2]
     if silu:
@@ -825,20 +825,17 @@ def _apply_superrows(x4, y4, n, q0, q1, m, s, h, silu):
                 y4[n, q, i] = _store(z * _silu_parts(z), y4)
         return
     q = q0
-    while q + 4 <= q1:
+    while q + 2 <= q1:
         for i in range(T):
             mi = m[i]
             si = s[i]
             hi = h[i]
             y4[n, q, i] = _store((_load(x4[n, q, i]) - mi) * si + hi, y4)
             y4[n, q + 1, i] = _store((_load(x4[n, q + 1, i]) - mi) * si + hi, y4)
-            y4[n, q + 2, i] = _store((_load(x4[n, q + 2, i]) - mi) * si + hi, y4)
-            y4[n, q + 3, i] = _store((_load(x4[n, q + 3, i]) - mi) * si + hi, y4)
-        q += 4
-    while q < q1:
+        q += 2
+    if q < q1:
         for i in range(T):
             y4[n, q, i] = _store((_load(x4[n, q, i]) - m[i]) * s[i] + h[i], y4)
-        q += 1
 
 
 @njit(parallel=True, cache=True)
@@ -1008,7 +1005,7 @@ def _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above,
 @njit(fastmath=_EW, cache=True)
 def _bwd_apply_superrows(dy4, x4, dx4, n, q0, q1, m, s, h, a, bt, gt, silu):
     """dx = a*dz + bt*(x - m) + gt over super-rows [q0, q1) of sample n (dz = dy, or through
-    SiLU's derivative with z = (x - m)*s + h); without SiLU four super-rows share each load
+    SiLU's derivative with z = (x - m)*s + h); without SiLU two super-rows share each load
     of the coefficients."""
     T = x4.shape[2]
     if silu:
@@ -1021,7 +1018,7 @@ def _bwd_apply_superrows(dy4, x4, dx4, n, q0, q1, m, s, h, a, bt, gt, silu):
                 dx4[n, q, i] = _store(a[i] * dz + bt[i] * xc + gt[i], dx4)
         return
     q = q0
-    while q + 4 <= q1:
+    while q + 2 <= q1:
         for i in range(T):
             mi = m[i]
             ai = a[i]
@@ -1030,16 +1027,11 @@ def _bwd_apply_superrows(dy4, x4, dx4, n, q0, q1, m, s, h, a, bt, gt, silu):
             dx4[n, q, i] = _store(ai * _load(dy4[n, q, i]) + bi * (_load(x4[n, q, i]) - mi) + gi, dx4)
             dx4[n, q + 1, i] = _store(ai * _load(dy4[n, q + 1, i]) + bi * (_load(x4[n, q + 1, i]) - mi)
                                       + gi, dx4)
-            dx4[n, q + 2, i] = _store(ai * _load(dy4[n, q + 2, i]) + bi * (_load(x4[n, q + 2, i]) - mi)
-                                      + gi, dx4)
-            dx4[n, q + 3, i] = _store(ai * _load(dy4[n, q + 3, i]) + bi * (_load(x4[n, q + 3, i]) - mi)
-                                      + gi, dx4)
-        q += 4
-    while q < q1:
+        q += 2
+    if q < q1:
         for i in range(T):
             dx4[n, q, i] = _store(a[i] * _load(dy4[n, q, i]) + bt[i] * (_load(x4[n, q, i]) - m[i]) + gt[i],
                                   dx4)
-        q += 1
 
 
 @njit(cache=True)
