@@ -3,10 +3,14 @@
 Every figure is a median over interleaved samples taken in one process:
 forward, backward, a same-size device copy and (with ``--compare torch``)
 PyTorch's forward and backward, one after the other in each round, so that a
-noisy neighbour slows all of them alike.  Ratios are medians of per-round
-ratios.  Effective GB/s counts the bytes a kernel must move at the least:
-forward reads x and writes y, backward reads dy and x and writes dx, the copy
-reads and writes the array once.
+noisy neighbour slows all of them alike.  Each sample starts with untimed
+calls lasting about half as long as the sample: the contender that ran before
+leaves its thread pool spinning and the caches full of its own arrays (on 2
+cores torch's OpenMP workers and Numba's compete for a millisecond or two),
+and a sample should time the op, not that hand-over.  Ratios are medians of
+per-round ratios.  Effective GB/s counts the bytes a kernel must move at the
+least: forward reads x and writes y, backward reads dy and x and writes dx,
+the copy reads and writes the array once.
 """
 from __future__ import annotations
 
@@ -134,7 +138,8 @@ def run_bench(args) -> int:
     if device == "cpu":
         label = f"cpu ({numpy_.cpu_path()} path)"
     header = [f"numr_web {numr_web.__version__} bench: backend {label}, {args.dtype}, {args.layout}, "
-              f"{repeat} interleaved samples, medians; {platform.machine()} {os.cpu_count()} cores; "
+              f"{repeat} interleaved samples (each after untimed settling calls), medians; "
+              f"{platform.machine()} {os.cpu_count()} cores; "
               f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}"]
     if torch_side is not None:
         header.append(f"compared with {torch_side.version()}")
@@ -176,10 +181,11 @@ def run_bench(args) -> int:
             fns["torch_fwd"], fns["torch_bwd"] = torch_side.setup(x, w, b, dy, groups, 1e-5)
         timers = {k: (torch_side.timer if k.startswith("torch") else be.timer) for k in fns}
         per_sample = {k: _samples_per_timing(fn, timers[k]) for k, fn in fns.items()}
+        settle = {k: max(1, n // 2) for k, n in per_sample.items()}
         samples = {k: [] for k in fns}
         for _ in range(repeat):
             for k, fn in fns.items():
-                ts = timers[k](fn, per_sample[k], 0)
+                ts = timers[k](fn, per_sample[k], settle[k])
                 samples[k].append(sum(ts) / len(ts))
         med = {k: statistics.median(v) for k, v in samples.items()}
         nbytes = x.nbytes
