@@ -244,10 +244,13 @@ def test_channels_last_sums_over_many_rows_stay_exact(runner, rng, channels):
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
-@pytest.mark.parametrize("shape, groups", [((2, 64, 16, 16), 32), ((1, 4, 16, 16), 1)])
+# WebGPU paths: one workgroup per group with dx in it (NCHW) or the channels-last block kernel
+# (first two); dx in a separate elementwise kernel (third, and the fourth's NCHW)
+@pytest.mark.parametrize("shape, groups", [((2, 64, 16, 16), 32), ((1, 4, 16, 16), 1), ((2, 6, 10, 10), 3),
+                                           ((3, 8, 5), 2)])
 def test_silu_backward_at_large_offset(runner, rng, layout, shape, groups):
     # The backward rebuilds SiLU's input z from the saved float32 mean; at offset 1e4 that mean is
-    # off by up to 5e-4, and so z.  The CPU paths restore the mean's low part before rebuilding z.
+    # off by up to 5e-4, and so z.  The CPU paths and WebGPU restore the mean's low part first.
     x = (1e4 + rng.standard_normal(shape)).astype(np.float32)
     dy = rng.standard_normal(shape).astype(np.float32)
     c = shape[1]
@@ -261,8 +264,8 @@ def test_silu_backward_at_large_offset(runner, rng, layout, shape, groups):
     dx, dw, db = numr_web.ops.group_norm_backward(put(dy), put(x), mean, rstd, put(w), groups, bias=put(b),
                                                   activation="silu")
     dxr, dwr, dbr = ref_backward(dy, x, groups, w, b, activation="silu")
-    # WebGPU and CUDA do not restore it yet (README, Numerics): their known bound is asserted
-    bound = 3e-6 if runner.target.startswith("cpu") else 2e-3
+    # CUDA does not restore it yet (README, Numerics; never run on a GPU here): its expected bound
+    bound = 2e-3 if runner.target.startswith("cuda") else 3e-6
     assert rel_err(runner.get(dx), dxr) < bound
     assert rel_err(runner.get(dw), dwr) < max(bound, 1e-5)
     assert rel_err(runner.get(db), dbr) < max(bound, 1e-5)

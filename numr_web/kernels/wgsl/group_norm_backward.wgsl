@@ -8,7 +8,9 @@
 //     ulp of the saved mean (statistics a caller passes on purpose stay as given)
 //   b = rstd (sgx - mean_lo sg) / M, a = sg / M
 //   dx = rstd*w_c*dz + c1*xc + c0, c1 = -rstd^2 b, c0 = rstd^2 b mean_lo - rstd a
-//   -> COEF = (c0, c1, mean_lo, 0); dweight_c = sum_n rstd (ds - mean_lo db)
+//   -> COEF = (c0, c1, mean_lo, zlo); dweight_c = sum_n rstd (ds - mean_lo db)
+// With SILU and |mean| * rstd > Z_REFINE_ABOVE a first pass over the group's x finds
+// mean_lo before z is rebuilt: shift = b - zlo * scale, zlo = mean_lo (else 0).
 // Item partials go through global memory (PART), so any channel count works;
 // every sum has a fixed order (deterministic, no atomics).
 //!include group_norm_common.wgsl
@@ -22,11 +24,31 @@
 @group(0) @binding(6) var<storage, read> RSTD: array<f32>;
 @group(0) @binding(7) var<storage, read_write> PART: array<vec4<f32>>;  // (ds, db) per item, per group of the chunk
 @group(0) @binding(8) var<storage, read_write> DSDB: array<vec2<f32>>;  // (ds, db) per (n, c)
-@group(0) @binding(9) var<storage, read_write> COEF: array<vec4<f32>>;  // (c0, c1, mean_lo, 0) per (n, g)
+@group(0) @binding(9) var<storage, read_write> COEF: array<vec4<f32>>;  // (c0, c1, mean_lo, zlo) per (n, g)
 @group(0) @binding(10) var<storage, read> p: Params;
 
 var<workgroup> wg_coef: vec2<f32>;
 var<workgroup> wg_res: array<f32, WG>;
+var<workgroup> wg_zlo: f32;
+
+// Per-thread sum of x - mean over the thread's items, in the order of the sums pass.
+fn resid_part(lid: u32, gl: u32, n: u32, g: u32, mean: f32) -> vec4<f32> {
+  var res = vec4<f32>(0.0);
+  for (var it = lid; it < p.items; it += WG) {
+    let I = item_of(it, gl, n, g);
+    for (var t = I.t0; t < I.t1; t++) {
+      res += (load_x(I.base + t * I.tstride) - mean) * LMASK;
+    }
+  }
+  return res;
+}
+
+// The workgroup's sum of its threads' wg_res entries, by thread 0, in thread order.
+fn wg_total() -> f32 {
+  var s = 0.0;
+  for (var i = 0u; i < WG; i++) { s += wg_res[i]; }
+  return s;
+}
 
 fn load_x(e: u32) -> vec4<f32> {
   if (VEC == 4u) { return ld_X(e >> 2u); }
@@ -56,11 +78,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let mean = MEAN[gg];
   let rstd = RSTD[gg];
 
+  var zlo = 0.0;
+  if (SILU) {
+    if (lid == 0u) { wg_zlo = select(0.0, 1.0, abs(mean) * rstd > Z_REFINE_ABOVE); }
+    if (workgroupUniformLoad(&wg_zlo) != 0.0) {
+      wg_res[lid] = dot(resid_part(lid, gl, n, g, mean), vec4<f32>(1.0));
+      workgroupBarrier();
+      if (lid == 0u) { wg_zlo = mean_low_part(mean, wg_total(), p.inv_m); }
+      zlo = workgroupUniformLoad(&wg_zlo);
+    }
+  }
+
   var res = vec4<f32>(0.0);
   for (var it = lid; it < p.items; it += WG) {
     let I = item_of(it, gl, n, g);
     let scale = lane_w(I.ch) * rstd;
-    let shift = lane_b(I.ch);
+    let shift = lane_b(I.ch) - zlo * scale;
     var ds = vec4<f32>(0.0);
     var db = vec4<f32>(0.0);
     for (var t = I.t0; t < I.t1; t++) {
@@ -112,10 +145,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       sgx += w * v.x;
       sg += w * v.y;
     }
-    var resid = 0.0;
-    for (var i = 0u; i < WG; i++) { resid += wg_res[i]; }
-    let cf = backward_coefficients(mean, rstd, sgx, sg, resid, p.inv_m);
-    COEF[gg] = vec4<f32>(cf, 0.0);
+    let cf = backward_coefficients(mean, rstd, sgx, sg, wg_total(), p.inv_m);
+    COEF[gg] = vec4<f32>(cf, zlo);
     wg_coef = cf.xy;
   }
   let cf = workgroupUniformLoad(&wg_coef);
@@ -124,7 +155,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var it = lid; it < p.items; it += WG) {
       let I = item_of(it, gl, n, g);
       let scale = lane_w(I.ch) * rstd;
-      let shift = lane_b(I.ch);
+      let shift = lane_b(I.ch) - zlo * scale;
       for (var t = I.t0; t < I.t1; t++) {
         let u = (I.base + t * I.tstride) >> 2u;
         let xc = ld_X(u) - mean;

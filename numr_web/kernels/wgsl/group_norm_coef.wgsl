@@ -1,12 +1,26 @@
-// The backward's per-group coefficients, shared by the NCHW and channels-last kernels:
-// dx = rstd * w * dz + c1 * (x - mean) + c0, with the saved float32 mean's lost low
-// part `lo` restored from resid = sum(x - mean) (only within the mean's own ulp, so
-// statistics passed on purpose are used as given).  Returns (c0, c1, lo).
-fn backward_coefficients(mean: f32, rstd: f32, sgx: f32, sg: f32, resid: f32, inv_m: f32) -> vec3<f32> {
+// The backward's per-group helpers, shared by the NCHW and channels-last kernels.
+
+// The saved float32 mean's lost low part from resid = sum(x - mean) over the group's
+// M elements, trusted only within the mean's own ulp (statistics passed on purpose are
+// used as given).
+fn mean_low_part(mean: f32, resid: f32, inv_m: f32) -> f32 {
   let am = abs(mean);
   let ulp = bitcast<f32>(bitcast<u32>(am) + 1u) - am;
-  var lo = resid * inv_m;
-  if (!(abs(lo) <= ulp)) { lo = 0.0; }
+  let lo = resid * inv_m;
+  if (!(abs(lo) <= ulp)) { return 0.0; }
+  return lo;
+}
+
+// With SILU the backward rebuilds z = (x - mean) * scale + shift from the float32 mean.
+// Where |mean| * rstd exceeds this, the mean's low part matters there too (up to about
+// 1e-6 of z at the limit, 5e-4 at offset 1e4) and the kernels restore it with a first
+// pass over x before the sums; shift becomes b - lo * scale.
+const Z_REFINE_ABOVE: f32 = 16.0;
+
+// dx = rstd * w * dz + c1 * (x - mean) + c0, with the mean's low part `lo` restored from
+// resid.  Returns (c0, c1, lo).
+fn backward_coefficients(mean: f32, rstd: f32, sgx: f32, sg: f32, resid: f32, inv_m: f32) -> vec3<f32> {
+  let lo = mean_low_part(mean, resid, inv_m);
   let bq = rstd * (sgx - lo * sg) * inv_m;
   let c1 = -rstd * rstd * bq;
   let c0 = rstd * rstd * bq * lo - rstd * sg * inv_m;

@@ -75,7 +75,7 @@ fn dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<
     let cf = STAT[l.gg];
     mean[k] = MEAN[l.gg];
     scale[k] = RSTD[l.gg] * wv(l.c);
-    shift[k] = bv(l.c);
+    shift[k] = bv(l.c) - cf.w * scale[k];   // cf.w: the mean's low part z was rebuilt with (SILU)
     c0[k] = cf.x;
     c1[k] = cf.y;
   }

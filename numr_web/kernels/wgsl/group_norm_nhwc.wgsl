@@ -40,7 +40,7 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> RSTD: array<f32>;
 @group(0) @binding(7) var<storage, read_write> PART: array<vec4<f32>>;
 @group(0) @binding(8) var<storage, read_write> DSDB: array<vec2<f32>>;   // backward: (ds, db) per (n, c)
-@group(0) @binding(9) var<storage, read_write> COEF: array<vec4<f32>>;   // backward: (c0, c1, mean_lo, 0) per (n, g)
+@group(0) @binding(9) var<storage, read_write> COEF: array<vec4<f32>>;   // backward: (c0, c1, mean_lo, zlo) per (n, g)
 @group(0) @binding(10) var<storage, read> p: Params;
 
 // per group of the block: forward (K, S1/M, var, redo), backward (c0, c1, mean, rstd)
@@ -53,6 +53,37 @@ fn lane_records(lg: vec4<u32>) -> mat4x4<f32> {
 }
 var<workgroup> wg_scale: array<f32, MAXGB>;
 var<workgroup> wg_flag: f32;
+// backward with SILU: the mean's low part z is rebuilt with, per group of the block
+// (group_norm_coef.wgsl, Z_REFINE_ABOVE; 0 where not needed)
+var<workgroup> wg_zlo: array<f32, MAXGB>;
+
+fn lane_zlo(lg: vec4<u32>) -> vec4<f32> {
+  if (!SILU) { return vec4<f32>(0.0); }
+  return vec4<f32>(wg_zlo[lg.x], wg_zlo[lg.y], wg_zlo[lg.z], wg_zlo[lg.w]);
+}
+
+// sum of x - mean over item it of block bl, lane per channel (the order of the sums pass)
+fn item_resid(bl: u32, blk: Blk, it: u32) -> vec4<f32> {
+  let r = item_range(it);
+  let mean = lane_records(lane_groups(r.x))[2];
+  let u0 = blk.base + blk.c0 + 4u * r.x;
+  var res = vec4<f32>(0.0);
+  for (var t = r.y; t < r.z; t++) {
+    res += ld_X((u0 + t * p.C) >> 2u) - mean;
+  }
+  return res;
+}
+
+// group j's sum of the items' resid partials (PART slot 2), channels then pieces in order
+fn group_resid(bl: u32, j: u32) -> f32 {
+  var resid = 0.0;
+  for (var ch = j * p.Cg; ch < (j + 1u) * p.Cg; ch++) {
+    for (var pc = 0u; pc < p.P; pc++) {
+      resid += PART[(bl * p.items + pc * p.A + ch / 4u) * 3u + 2u][ch & 3u];
+    }
+  }
+  return resid;
+}
 
 struct Blk { n: u32, g0: u32, c0: u32, base: u32 }
 
@@ -221,6 +252,32 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     wg_grp[j] = vec4<f32>(0.0, 0.0, MEAN[gg], RSTD[gg]);
   }
   workgroupBarrier();
+  if (SILU) {
+    // restore the low part of the means of groups far from zero before z is rebuilt
+    if (lid == 0u) {
+      var need = 0.0;
+      for (var j = 0u; j < p.GB; j++) {
+        wg_zlo[j] = 0.0;
+        if (abs(wg_grp[j].z) * wg_grp[j].w > Z_REFINE_ABOVE) { need = 1.0; }
+      }
+      wg_flag = need;
+    }
+    if (workgroupUniformLoad(&wg_flag) != 0.0) {
+      for (var it = lid; it < p.items; it += WG) {
+        PART[(bl * p.items + it) * 3u + 2u] = item_resid(bl, blk, it);
+      }
+      storageBarrier();
+      if (lid == 0u) {
+        for (var j = 0u; j < p.GB; j++) {
+          let st = wg_grp[j];
+          if (abs(st.z) * st.w > Z_REFINE_ABOVE) {
+            wg_zlo[j] = mean_low_part(st.z, group_resid(bl, j), p.inv_m);
+          }
+        }
+      }
+      workgroupBarrier();
+    }
+  }
   for (var it = lid; it < p.items; it += WG) {
     let r = item_range(it);
     let lg = lane_groups(r.x);
@@ -228,7 +285,7 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let mean = rec[2];
     let c = blk.c0 + 4u * r.x;
     let scale = wv(c) * rec[3];
-    let shift = bv(c);
+    let shift = bv(c) - lane_zlo(lg) * scale;
     let u0 = blk.base + c;
     var ds = vec4<f32>(0.0);
     var db = vec4<f32>(0.0);
@@ -256,7 +313,6 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     for (var j = 0u; j < p.GB; j++) {
       var sg = 0.0;
       var sgx = 0.0;
-      var resid = 0.0;
       for (var ch = j * p.Cg; ch < (j + 1u) * p.Cg; ch++) {
         var ds = 0.0;
         var db = 0.0;
@@ -264,7 +320,6 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
           let slot = (bl * p.items + pc * p.A + ch / 4u) * 3u;
           ds += PART[slot][ch & 3u];
           db += PART[slot + 1u][ch & 3u];
-          resid += PART[slot + 2u][ch & 3u];
         }
         let c = blk.c0 + ch;
         DSDB[blk.n * p.C + c] = vec2<f32>(ds, db);
@@ -276,8 +331,10 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
       let st = wg_grp[j];
       let mean = st.z;
       let rstd = st.w;
-      let cf = backward_coefficients(mean, rstd, sgx, sg, resid, p.inv_m);
-      COEF[blk.n * p.G + blk.g0 + j] = vec4<f32>(cf, 0.0);
+      let cf = backward_coefficients(mean, rstd, sgx, sg, group_resid(bl, j), p.inv_m);
+      var zlo = 0.0;
+      if (SILU) { zlo = wg_zlo[j]; }
+      COEF[blk.n * p.G + blk.g0 + j] = vec4<f32>(cf, zlo);
       wg_grp[j] = vec4<f32>(cf.xy, mean, rstd);
     }
   }
@@ -291,7 +348,7 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let mean = rec[2];
     let c = blk.c0 + 4u * r.x;
     let scale = wv(c) * rec[3];
-    let shift = bv(c);
+    let shift = bv(c) - lane_zlo(lg) * scale;
     let u0 = blk.base + c;
     for (var t = r.y; t < r.z; t++) {
       let u = (u0 + t * p.C) >> 2u;
