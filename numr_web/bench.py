@@ -123,6 +123,10 @@ def run_bench(args) -> int:
 
     shapes = parse_shapes(args.shapes)
     repeat = args.repeat
+    if repeat < 1:
+        raise ValueError(f"--repeat: expected at least 1 sample, got {repeat}")
+    if args.runs < 1:
+        raise ValueError(f"--runs: expected at least 1 run, got {args.runs}")
     if args.quick:
         shapes = sorted(shapes, key=lambda s: math.prod(s[:-1]))[:2]
         repeat = min(repeat, 3)
@@ -152,76 +156,132 @@ def run_bench(args) -> int:
     for line in header:
         print(line)
 
-    rows = []
     rng = np.random.default_rng(0)
-    for si, shape in enumerate(shapes):
-        *dims, groups = shape
-        dims = tuple(dims)
-        _progress(f"[{si + 1}/{len(shapes)}] shape {dims} G={groups} ...")
-        x = rng.standard_normal(dims).astype(dt)
-        dy = rng.standard_normal(dims).astype(dt)
-        if args.layout == "nhwc":
-            from numr_web.layout import channels_last_perm
+    cases = [_prepare(shape, args, be, device, dt, torch_side, rng) for shape in shapes]
+    runs = []
+    for run in range(args.runs):
+        rows = []
+        for si, case in enumerate(cases):
+            label = f"run {run + 1}/{args.runs}, " if args.runs > 1 else ""
+            _progress(f"[{label}{si + 1}/{len(cases)}] shape {tuple(case['dims'])} G={case['groups']} ...")
+            row = _measure(case, repeat, args, be, device, torch_side)
+            rows.append(row)
+            _progress("    " + _format_row(row, torch_side is not None))
+        runs.append(rows)
 
-            perm = channels_last_perm(len(dims))
-            inv = tuple(int(i) for i in np.argsort(perm))
-            x = np.ascontiguousarray(x.transpose(perm)).transpose(inv)
-            dy = np.ascontiguousarray(dy.transpose(perm)).transpose(inv)
-        w = rng.standard_normal(dims[1]).astype(np.float32)
-        b = rng.standard_normal(dims[1]).astype(np.float32)
-        X, DY, W, B = (numr_web.to_device(a, device) for a in (x, dy, w, b))
-        _, mean, rstd = numr_web.ops.group_norm_forward(X, W, B, groups, 1e-5)
-
-        fns = {
-            "fwd": lambda: numr_web.ops.group_norm_forward(X, W, B, groups, 1e-5),
-            "bwd": lambda: numr_web.ops.group_norm_backward(DY, X, mean, rstd, W, groups),
-            "copy": lambda: be.copy(X),
-        }
-        if torch_side is not None:
-            fns["torch_fwd"], fns["torch_bwd"] = torch_side.setup(x, w, b, dy, groups, 1e-5)
-        timers = {k: (torch_side.timer if k.startswith("torch") else be.timer) for k in fns}
-        per_sample = {k: _samples_per_timing(fn, timers[k]) for k, fn in fns.items()}
-        settle = {k: max(1, n // 2) for k, n in per_sample.items()}
-        samples = {k: [] for k in fns}
-        for _ in range(repeat):
-            for k, fn in fns.items():
-                ts = timers[k](fn, per_sample[k], settle[k])
-                samples[k].append(sum(ts) / len(ts))
-        med = {k: statistics.median(v) for k, v in samples.items()}
-        nbytes = x.nbytes
-        row = {
-            "shape": list(dims), "groups": groups, "dtype": args.dtype, "layout": args.layout,
-            "backend": be.name, "cpu_path": numpy_.cpu_path() if device == "cpu" else None,
-            "fwd_ms": med["fwd"] * 1e3, "bwd_ms": med["bwd"] * 1e3, "copy_ms": med["copy"] * 1e3,
-            "fwd_gbps": 2 * nbytes / med["fwd"] / 1e9, "bwd_gbps": 3 * nbytes / med["bwd"] / 1e9,
-            "copy_gbps": 2 * nbytes / med["copy"] / 1e9,
-        }
-        # fraction of the copy's throughput, per round
-        row["fwd_of_copy"] = statistics.median(
-            (2 * nbytes / f) / (2 * nbytes / c) for f, c in zip(samples["fwd"], samples["copy"]))
-        row["bwd_of_copy"] = statistics.median(
-            (3 * nbytes / f) / (2 * nbytes / c) for f, c in zip(samples["bwd"], samples["copy"]))
-        if torch_side is not None:
-            row["torch_fwd_ms"] = med["torch_fwd"] * 1e3
-            row["torch_bwd_ms"] = med["torch_bwd"] * 1e3
-            row["fwd_vs_torch"] = statistics.median(a / t for a, t in zip(samples["fwd"], samples["torch_fwd"]))
-            row["bwd_vs_torch"] = statistics.median(a / t for a, t in zip(samples["bwd"], samples["torch_bwd"]))
-            row["total_vs_torch"] = statistics.median(
-                (a + c) / (t + u) for a, c, t, u in
-                zip(samples["fwd"], samples["bwd"], samples["torch_fwd"], samples["torch_bwd"]))
-        rows.append(row)
-        _progress("    " + _format_row(row, torch_side is not None))
-
-    print(_table(rows, torch_side is not None))
+    print(_table(runs[0], torch_side is not None))
+    ranges = _ranges(runs, torch_side is not None) if len(runs) > 1 else None
+    if ranges:
+        print(f"\nranges over the {len(runs)} runs (the table above is the first):")
+        print(_ranges_table(ranges))
     # (a device backend picks its copy kernel at the first copy)
     copy_name = getattr(be, "copy_kernel", None) or f"{be.name} array copy"
     print(f"copy yardstick: {copy_name}")
     header.append(f"copy yardstick: {copy_name}")
     if args.json:
+        doc = {"header": header, "rows": runs[0], "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+        if ranges:
+            doc["runs"] = runs
+            doc["ranges"] = ranges
         with open(args.json, "w") as fh:
-            json.dump({"header": header, "rows": rows, "time": time.strftime("%Y-%m-%d %H:%M:%S")}, fh, indent=1)
-        print(f"wrote {len(rows)} rows to {args.json}")
+            json.dump(doc, fh, indent=1)
+        print(f"wrote {len(runs[0])} rows to {args.json}")
     return 0
+
+
+def _prepare(shape, args, be, device, dt, torch_side, rng):
+    """Arrays, the timed callables and their sample sizes for one bench shape."""
+    import numr_web
+
+    *dims, groups = shape
+    dims = tuple(dims)
+    x = rng.standard_normal(dims).astype(dt)
+    dy = rng.standard_normal(dims).astype(dt)
+    if args.layout == "nhwc":
+        from numr_web.layout import channels_last_perm
+
+        perm = channels_last_perm(len(dims))
+        inv = tuple(int(i) for i in np.argsort(perm))
+        x = np.ascontiguousarray(x.transpose(perm)).transpose(inv)
+        dy = np.ascontiguousarray(dy.transpose(perm)).transpose(inv)
+    w = rng.standard_normal(dims[1]).astype(np.float32)
+    b = rng.standard_normal(dims[1]).astype(np.float32)
+    X, DY, W, B = (numr_web.to_device(a, device) for a in (x, dy, w, b))
+    _, mean, rstd = numr_web.ops.group_norm_forward(X, W, B, groups, 1e-5)
+
+    fns = {
+        "fwd": lambda: numr_web.ops.group_norm_forward(X, W, B, groups, 1e-5),
+        "bwd": lambda: numr_web.ops.group_norm_backward(DY, X, mean, rstd, W, groups),
+        "copy": lambda: be.copy(X),
+    }
+    if torch_side is not None:
+        fns["torch_fwd"], fns["torch_bwd"] = torch_side.setup(x, w, b, dy, groups, 1e-5)
+    timers = {k: (torch_side.timer if k.startswith("torch") else be.timer) for k in fns}
+    per_sample = {k: _samples_per_timing(fn, timers[k]) for k, fn in fns.items()}
+    return {"dims": dims, "groups": groups, "nbytes": x.nbytes, "fns": fns, "timers": timers,
+            "per_sample": per_sample, "settle": {k: max(1, n // 2) for k, n in per_sample.items()}}
+
+
+def _measure(case, repeat, args, be, device, torch_side):
+    """One row: ``repeat`` interleaved rounds over the case's timed callables, medians and ratios."""
+    from numr_web.backends import numpy_
+
+    fns, timers, per_sample, settle = case["fns"], case["timers"], case["per_sample"], case["settle"]
+    samples = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, fn in fns.items():
+            ts = timers[k](fn, per_sample[k], settle[k])
+            samples[k].append(sum(ts) / len(ts))
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    nbytes = case["nbytes"]
+    row = {
+        "shape": list(case["dims"]), "groups": case["groups"], "dtype": args.dtype, "layout": args.layout,
+        "backend": be.name, "cpu_path": numpy_.cpu_path() if device == "cpu" else None,
+        "fwd_ms": med["fwd"] * 1e3, "bwd_ms": med["bwd"] * 1e3, "copy_ms": med["copy"] * 1e3,
+        "fwd_gbps": 2 * nbytes / med["fwd"] / 1e9, "bwd_gbps": 3 * nbytes / med["bwd"] / 1e9,
+        "copy_gbps": 2 * nbytes / med["copy"] / 1e9,
+    }
+    # fraction of the copy's throughput, per round
+    row["fwd_of_copy"] = statistics.median(
+        (2 * nbytes / f) / (2 * nbytes / c) for f, c in zip(samples["fwd"], samples["copy"]))
+    row["bwd_of_copy"] = statistics.median(
+        (3 * nbytes / f) / (2 * nbytes / c) for f, c in zip(samples["bwd"], samples["copy"]))
+    if torch_side is not None:
+        row["torch_fwd_ms"] = med["torch_fwd"] * 1e3
+        row["torch_bwd_ms"] = med["torch_bwd"] * 1e3
+        row["fwd_vs_torch"] = statistics.median(a / t for a, t in zip(samples["fwd"], samples["torch_fwd"]))
+        row["bwd_vs_torch"] = statistics.median(a / t for a, t in zip(samples["bwd"], samples["torch_bwd"]))
+        row["total_vs_torch"] = statistics.median(
+            (a + c) / (t + u) for a, c, t, u in
+            zip(samples["fwd"], samples["bwd"], samples["torch_fwd"], samples["torch_bwd"]))
+    return row
+
+
+#: the ratios whose spread over runs ``--runs`` reports
+_RANGE_KEYS = ("fwd_of_copy", "bwd_of_copy", "total_vs_torch")
+
+
+def _ranges(runs, torch):
+    """Per shape, (min, max) of each ratio over the runs."""
+    keys = [k for k in _RANGE_KEYS if torch or k != "total_vs_torch"]
+    out = []
+    for i, row in enumerate(runs[0]):
+        entry = {"shape": row["shape"], "groups": row["groups"]}
+        for k in keys:
+            vals = [rows[i][k] for rows in runs]
+            entry[k] = [min(vals), max(vals)]
+        out.append(entry)
+    return out
+
+
+def _ranges_table(ranges):
+    keys = [k for k in _RANGE_KEYS if k in ranges[0]]
+    names = {"fwd_of_copy": "fwd/copy", "bwd_of_copy": "bwd/copy", "total_vs_torch": "(f+b)/torch"}
+    lines = ["| shape | " + " | ".join(names[k] for k in keys) + " |", "|" + "---|" * (len(keys) + 1)]
+    for e in ranges:
+        shape = "x".join(map(str, e["shape"])) + f" G{e['groups']}"
+        lines.append(f"| {shape} | " + " | ".join(f"{e[k][0]:.2f} to {e[k][1]:.2f}" for k in keys) + " |")
+    return "\n".join(lines)
 
 
 def _wall_timer(fn, repeat, warmup=1):

@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeat", type=int, default=15, help="interleaved samples per shape (medians are reported)")
     b.add_argument("--shapes", default=None,
                    help="semicolon-separated N,C,H,W,G (default: the standard bench shapes)")
+    b.add_argument("--runs", type=int, default=1,
+                   help="measure every shape this many times, one pass over the shapes after another, "
+                        "and report each ratio's range (the table shows the first run)")
     b.add_argument("--quick", action="store_true", help="3 samples and the two smallest shapes")
     b.add_argument("--compare", choices=["torch"], default=None, help="time torch side by side")
     b.add_argument("--threads", type=int, default=None, help="torch/Numba threads (default: all cores)")

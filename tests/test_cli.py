@@ -55,6 +55,26 @@ def test_bench_quick_writes_json_rows(tmp_path, path):
     assert "| shape |" in out.stdout
 
 
+def test_bench_runs_report_ranges(tmp_path):
+    dest = tmp_path / "rows.json"
+    out = run("bench", "--quick", "--cpu-path", "numpy", "--runs", "2", "--json", str(dest))
+    assert out.returncode == 0, out.stderr
+    data = json.loads(dest.read_text())
+    assert len(data["runs"]) == 2 and data["rows"] == data["runs"][0]
+    assert len(data["ranges"]) == 2
+    for i, entry in enumerate(data["ranges"]):
+        for key in ("fwd_of_copy", "bwd_of_copy"):
+            vals = [rows[i][key] for rows in data["runs"]]
+            assert entry[key] == [min(vals), max(vals)]
+    assert "ranges over the 2 runs" in out.stdout and " to " in out.stdout
+
+
+@pytest.mark.parametrize("flag", ["--runs", "--repeat"])
+def test_bench_rejects_no_samples(flag):
+    out = run("bench", "--quick", flag, "0")
+    assert out.returncode == 2 and flag in out.stderr and "Traceback" not in out.stderr
+
+
 def test_bench_rejects_bad_shapes():
     out = run("bench", "--shapes", "2,3")
     assert out.returncode == 2 and "--shapes" in out.stderr and "Traceback" not in out.stderr
