@@ -55,6 +55,25 @@ def channels_last_perm(ndim: int):
     return (0,) + tuple(range(2, ndim)) + (1,)
 
 
+_CL_PERMS: dict = {}
+
+
+def channels_last_perms(ndim: int):
+    """(perm, inverse), cached: logical (N, C, *spatial) axes -> channels-last buffer axes and back."""
+    p = _CL_PERMS.get(ndim)
+    if p is None:
+        perm = channels_last_perm(ndim)
+        p = _CL_PERMS[ndim] = (perm, tuple(int(i) for i in np.argsort(perm)))
+    return p
+
+
+def is_dense_channels_last(a) -> bool:
+    """A NumPy array that is dense channels-last (and not empty): the fast test, by a transpose
+    and NumPy's contiguity flag, with memory_layout's answer (both ignore the strides of
+    extent-1 axes).  C-contiguous arrays of extent-1 channels or spatial axes are both."""
+    return a.ndim >= 3 and a.size > 0 and a.transpose(channels_last_perms(a.ndim)[0]).flags.c_contiguous
+
+
 def memory_layout(shape, strides, itemsize) -> str:
     """Classify ``(shape, strides)`` (strides in bytes) as ``nchw``, ``nhwc`` or ``other``."""
     shape = tuple(int(n) for n in shape)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import numr_web
 from numr_web.autograd import gradcheck, gradgradcheck
-from numr_web.layout import BFLOAT16
+from numr_web.layout import BFLOAT16, is_dense_channels_last, memory_layout
 from oracle import backward as ref_backward
 from oracle import channels_last, forward as ref_forward, rel_err
 
@@ -127,3 +127,23 @@ def test_double_backward_includes_upstream_gradient():
 def test_gradcheck_channels_last(layout):
     inputs = _inputs((2, 6, 3, 2), 3, True, 11, layout=layout)
     assert gradgradcheck(lambda *t: numr_web.group_norm(t[0], 3, *t[1:], eps=1e-3), inputs, atol=1e-4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=3, max_size=5), st.data())
+def test_fast_channels_last_test_agrees_with_memory_layout(shape, data):
+    # The op layer and both CPU paths take channels-last arrays by a transpose and NumPy's
+    # contiguity flag; memory_layout is the definition.  Any axis order, with or without a
+    # step in one axis, extent-0 and extent-1 axes included.
+    order = data.draw(st.permutations(range(len(shape))))
+    step_axis = data.draw(st.sampled_from([None] + list(range(len(shape)))))
+    full = [n * 2 if i == step_axis else n for i, n in enumerate(shape)]
+    base = np.zeros([full[a] for a in order], np.float32)
+    a = base.transpose(np.argsort(order))
+    if step_axis is not None:
+        a = a[(slice(None),) * step_axis + (slice(None, None, 2),)]
+    assert a.shape == tuple(shape)
+    if a.flags.c_contiguous:
+        return  # every caller tests C-contiguity first
+    expected = a.size > 0 and memory_layout(a.shape, a.strides, a.itemsize) == "nhwc"
+    assert is_dense_channels_last(a) == expected, (a.shape, a.strides)

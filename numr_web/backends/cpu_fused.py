@@ -31,7 +31,8 @@ import math
 
 import numpy as np
 
-from numr_web.layout import BFLOAT16, accumulation_dtype, memory_layout
+from numr_web.layout import (BFLOAT16, accumulation_dtype, channels_last_perms, is_dense_channels_last,
+                             memory_layout)
 from numr_web.backends.numpy_ import refine_mean
 
 _INSTALL_HINT = "pip install 'numr-web[fast]'"
@@ -134,28 +135,10 @@ def _kernel_view(a):
     return a if vt is None else a.view(vt)
 
 
-_CL_PERMS = {}
-
-
-def _cl_perms(ndim):
-    """(perm, inverse): logical (N, C, *spatial) axes -> channels-last buffer axes and back."""
-    p = _CL_PERMS.get(ndim)
-    if p is None:
-        perm = (0,) + tuple(range(2, ndim)) + (1,)
-        p = _CL_PERMS[ndim] = (perm, tuple(int(i) for i in np.argsort(perm)))
-    return p
-
-
-def _is_channels_last(a):
-    """Dense channels-last (and not also C-contiguous): the fast test, same answer as
-    memory_layout for non-empty arrays (both ignore the strides of extent-1 axes)."""
-    return a.ndim >= 3 and a.size > 0 and a.transpose(_cl_perms(a.ndim)[0]).flags.c_contiguous
-
-
 def _layout(x):
     if x.flags.c_contiguous:
         return x, "nchw"
-    if _is_channels_last(x):
+    if is_dense_channels_last(x):
         return x, "nhwc"
     lay = memory_layout(x.shape, x.strides, x.itemsize)
     if lay == "other":
@@ -167,7 +150,7 @@ def _as_layout(a, layout):
     """``a`` with memory layout ``layout`` (a copy only when it differs)."""
     if layout == "nchw" and a.flags.c_contiguous:
         return a
-    if layout == "nhwc" and not a.flags.c_contiguous and _is_channels_last(a):
+    if layout == "nhwc" and not a.flags.c_contiguous and is_dense_channels_last(a):
         return a
     if memory_layout(a.shape, a.strides, a.itemsize) == layout:
         return a
@@ -179,7 +162,7 @@ def _as_layout(a, layout):
 def _channels_last_buffer(x):
     """The contiguous (N, S, C) buffer behind a channels-last array."""
     N, C = x.shape[:2]
-    return x.transpose(_cl_perms(x.ndim)[0]).reshape(N, -1, C)
+    return x.transpose(channels_last_perms(x.ndim)[0]).reshape(N, -1, C)
 
 
 def _from_channels_last_buffer(buf):
@@ -191,7 +174,7 @@ def _new_channels_last(x):
     N, C = x.shape[:2]
     spatial = x.shape[2:]
     buf = np.empty((N,) + spatial + (C,), x.dtype)
-    return buf.transpose(_cl_perms(x.ndim)[1]), buf.reshape(N, -1, C)
+    return buf.transpose(channels_last_perms(x.ndim)[1]), buf.reshape(N, -1, C)
 
 
 _ACC_INFO = {}

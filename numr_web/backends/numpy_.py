@@ -28,7 +28,7 @@ import numpy as np
 
 from numr_web.backends.base import Backend
 from numr_web.errors import BackendUnavailable
-from numr_web.layout import accumulation_dtype, channels_last_perm, memory_layout
+from numr_web.layout import accumulation_dtype, channels_last_perms, is_dense_channels_last
 
 CPU_PATHS = ("auto", "numpy", "fused")
 _cpu_path = os.environ.get("NUMR_WEB_CPU_PATH", "auto").strip().lower() or "auto"
@@ -80,10 +80,10 @@ def _fused():
 def empty_like_layout(a, dtype=None):
     """An uninitialised array shaped like ``a`` with ``a``'s memory layout (NCHW or channels-last)."""
     dtype = a.dtype if dtype is None else dtype
-    if not a.flags.c_contiguous and memory_layout(a.shape, a.strides, a.itemsize) == "nhwc":
-        perm = channels_last_perm(a.ndim)
+    if not a.flags.c_contiguous and is_dense_channels_last(a):
+        perm, inverse = channels_last_perms(a.ndim)
         mem = np.empty(tuple(a.shape[p] for p in perm), dtype=dtype)
-        return mem.transpose(np.argsort(perm))
+        return mem.transpose(inverse)
     return np.empty(a.shape, dtype=dtype)
 
 
@@ -278,7 +278,7 @@ class _Loops:
         self.g = num_groups
         self.cpg = self.c // num_groups
         self.s = math.prod(a.shape[2:])
-        self.cl = not a.flags.c_contiguous and memory_layout(a.shape, a.strides, a.itemsize) == "nhwc"
+        self.cl = not a.flags.c_contiguous and is_dense_channels_last(a)
         self.row = self.c if self.cl else self.s  # length of the inner loops
         self.block = _sum_block(self.s) if self.cl else self.s
 

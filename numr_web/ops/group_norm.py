@@ -16,7 +16,7 @@ from numr_web.autograd.function import Function, is_grad_enabled
 from numr_web.autograd.tensor import Tensor
 from numr_web.backends import backend_for, device_of, is_array
 from numr_web.errors import DeviceMismatch, ShapeMismatch
-from numr_web.layout import BFLOAT16, FLOAT_DTYPES, is_supported_dtype, memory_layout
+from numr_web.layout import BFLOAT16, FLOAT_DTYPES, is_dense_channels_last, is_supported_dtype, memory_layout
 from numr_web.schema import AmpPolicy, OpSchema, register
 
 SCHEMA = register(OpSchema(
@@ -122,7 +122,9 @@ def _check_same_device(**arrays):
 
 def _normalize_layout(a):
     """Arrays whose layout is neither NCHW nor channels-last are copied to NCHW."""
-    if a is None or a.ndim < 2 or (type(a) is np.ndarray and a.flags.c_contiguous):
+    if a is None or a.ndim < 2:
+        return a
+    if type(a) is np.ndarray and (a.flags.c_contiguous or is_dense_channels_last(a)):
         return a
     if memory_layout(a.shape, a.strides, a.dtype.itemsize) == "other":
         be = backend_for(a)
