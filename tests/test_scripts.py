@@ -43,3 +43,13 @@ def test_bench_settling_prints_each_call():
         rows[name.strip()] = [float(v) for v in values]
     assert set(rows) == {"fwd", "bwd", "copy", "torch fwd", "torch bwd"}, out.stdout
     assert all(len(v) == 3 and min(v) >= 0 and max(v) > 0 for v in rows.values()), out.stdout
+
+
+def test_call_overhead_prints_both_paths_and_layouts():
+    out = _run("call-overhead")
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if line.split()[:1] in (["numpy"], ["fused"])]
+    assert {(r[0], r[1]) for r in rows} == {(p, lay) for p in ("numpy", "fused") for lay in ("nchw", "nhwc")}
+    for r in rows:
+        op_fwd, be_fwd, op_bwd, be_bwd = (float(v) for v in r[2:6])
+        assert 0 < be_fwd and 0 < be_bwd and 0 < op_fwd and 0 < op_bwd, r
