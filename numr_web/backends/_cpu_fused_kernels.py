@@ -482,6 +482,22 @@ def _dx_coefficients(mean_hi, mean_lo, rstd, sg, sgx, sx, refine, refine_above, 
     return mlo, -rstd * rstd * bb, rstd * rstd * bb * mlo - rstd * a
 
 
+@njit(cache=True)
+def _group_dx_coefficients(g, Cg, ds, db, sx, w, mean, rstd, refine, refine_above, M, proto):
+    """Group g of one sample: its per-channel sums ds/db/sx (rows of C, in channel order)
+    -> (mean_lo used, beta, gamma) of _dx_coefficients."""
+    mhi, mlo32 = _split_mean(mean, proto)
+    sg = 0.0
+    sgx = 0.0
+    sxg = 0.0
+    for j in range(Cg):
+        c = g * Cg + j
+        sg += w[c] * db[c]
+        sgx += w[c] * ds[c]
+        sxg += sx[c]
+    return _dx_coefficients(mhi, mlo32, rstd, sg, sgx, sxg, refine, refine_above, M)
+
+
 @njit(parallel=True, cache=True)
 def bwd_nchw_groups(dy3, x3, dx3, mean_in, rstd_in, w, b, G, silu, refine, refine_above, ds_nc,
                     db_nc, mlo_out, dw, dbias, proto):
@@ -983,16 +999,8 @@ def _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above,
             sx[c] += psx[n, k, c]
     for g in range(G):
         rstd = np.float64(rstd_in[n, g])
-        mhi, mlo32 = _split_mean(np.float64(mean_in[n, g]), proto)
-        sg = 0.0
-        sgx = 0.0
-        sxg = 0.0
-        for j in range(Cg):
-            c = g * Cg + j
-            sg += w[c] * db_nc[n, c]
-            sgx += w[c] * ds[c]
-            sxg += sx[c]
-        mlo, beta, gamma = _dx_coefficients(mhi, mlo32, rstd, sg, sgx, sxg, refine, refine_above, M)
+        mlo, beta, gamma = _group_dx_coefficients(g, Cg, ds, db_nc[n], sx, w, np.float64(mean_in[n, g]),
+                                                  rstd, refine, refine_above, M, proto)
         for j in range(Cg):
             c = g * Cg + j
             bT[c] = _acc(beta, proto)
@@ -1181,16 +1189,9 @@ def finish_backward(ds_nc, db_nc, sx_nc, mean_in, rstd_in, refine, refine_above,
     for n in range(N):
         for g in range(G):
             rstd = np.float64(rstd_in[n, g])
-            mhi, mlo32 = _split_mean(np.float64(mean_in[n, g]), proto)
-            sg = 0.0
-            sgx = 0.0
-            sx = 0.0
-            for j in range(Cg):
-                c = g * Cg + j
-                sg += w[c] * db_nc[n, c]
-                sgx += w[c] * ds_nc[n, c]
-                sx += sx_nc[n, c]
-            mlo, beta, gamma = _dx_coefficients(mhi, mlo32, rstd, sg, sgx, sx, refine, refine_above, M)
+            mlo, beta, gamma = _group_dx_coefficients(g, Cg, ds_nc[n], db_nc[n], sx_nc[n], w,
+                                                      np.float64(mean_in[n, g]), rstd, refine,
+                                                      refine_above, M, proto)
             for j in range(Cg):
                 c = g * Cg + j
                 for r in range(R):
