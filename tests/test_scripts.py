@@ -19,14 +19,25 @@ def _run(name, *args):
 
 
 def test_channels_last_loops_prints_every_form():
-    out = _run("channels-last-loops")
+    out = _run("channels-last-loops", "--rounds", "1")
     assert out.returncode == 0, out.stderr
-    bwd = [line for line in out.stdout.splitlines() if line.startswith("backward dx")]
-    fwd = [line for line in out.stdout.splitlines() if line.startswith("forward y")]
-    assert len(bwd) == 2 and len(fwd) == 2, out.stdout
-    for line in bwd:
-        for label in ("1 row/load", "2 rows/load", "4 rows/load", "scalars", "dy + x", "copy of x"):
-            assert re.search(re.escape(label) + r" " + NUMBER, line), (label, line)
+    lines = out.stdout.splitlines()
+    shapes = [line for line in lines if re.match(r"\(\d+, \d+, \d+\) ", line)]
+    assert len(shapes) == 3, out.stdout
+    forms = [f"{loop}, {tiles}" for loop in ("3-D index, 2 rows/load", "3-D index", "row views")
+             for tiles in ("tiles +32 B", "tiles aligned")]
+    forms += ["scalar coefficients (NCHW-like)", "copy of x"]
+    for form in forms:
+        rows = [line for line in lines if line.strip().startswith(form + " ")]
+        assert len(rows) == 3, (form, out.stdout)
+        for row in rows:
+            assert re.fullmatch(r"\s+" + re.escape(form) + r"\s+" + NUMBER + r"\s+" + NUMBER, row), row
+
+
+def test_channels_last_loops_refuses_zero_rounds():
+    out = _run("channels-last-loops", "--rounds", "0")
+    assert out.returncode == 2
+    assert "--rounds" in out.stderr
 
 
 def test_bench_settling_prints_each_call():
