@@ -643,6 +643,11 @@ def nchw_piece_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, alpha_nc, 
 # (3) the elementwise pass over "super-rows" of R whole rows (R*C elements).
 # Work items are fixed by the shape (sample n, row block k), never by threads.
 # ---------------------------------------------------------------------------
+#: where |mean| * rstd <= PLAIN_LIMIT in every group of a sample (the NumPy path's rule),
+#: the channels-last elementwise passes take the plain forms y = x*s + h' and
+#: dx = s*dy + beta*x + gamma', one coefficient tile fewer than the centred forms; the
+#: rounding of h' and gamma' then moves the output by at most about 16 * 2^-24 of its scale
+PLAIN_LIMIT = 16.0
 #: channels-last partial sums are flushed to float64 after this many rows
 ROWS_PER_FLUSH = 64
 
@@ -803,8 +808,9 @@ def _block_group_moments(x3, x4, n, q0, q1, G, gmean, gm2, k, proto):
 
 
 @njit(cache=True)
-def _apply_coefficients(g, Cg, mean, rstd, w, b, mT, sT, hT, proto):
-    """Group g's channels: mean_hi, scale = rstd*w and shift = b - mean_lo*scale (first C of the tiles)."""
+def _apply_coefficients(g, Cg, mean, rstd, w, b, mT, sT, hT, plain, proto):
+    """Group g's channels: mean_hi, scale = rstd*w and shift = b - mean_lo*scale (first C of the
+    tiles); with ``plain``, 0 and shift = b - mean*scale instead."""
     mhi, mlo = _split_mean(mean, proto)
     mlo64 = np.float64(mlo)
     c0 = g * Cg
@@ -815,20 +821,28 @@ def _apply_coefficients(g, Cg, mean, rstd, w, b, mT, sT, hT, proto):
     hg = hT[c0:c0 + Cg]
     for j in range(Cg):
         sc = rstd * wg[j]
-        mg[j] = mhi
         sg[j] = _acc(sc, proto)
-        hg[j] = _acc(bg[j] - mlo64 * sc, proto)
+        if plain:
+            mg[j] = 0
+            hg[j] = _acc(bg[j] - mean * sc, proto)
+        else:
+            mg[j] = mhi
+            hg[j] = _acc(bg[j] - mlo64 * sc, proto)
 
 
 @njit(cache=True)
 def _fwd_sample_tiles(gmean, gm2, n, Q, L, M, eps, w, b, R, mT, sT, hT, mean_out, rstd_out, proto):
     """Sample n: Chan-merge the P blocks (of L super-rows of R rows, Q in all) of each group in
     order -> mean/rstd, and the apply coefficients of every channel repeated R times in the
-    super-row tiles mT/sT/hT (R*C,)."""
+    super-row tiles mT/sT/hT (R*C,), in the plain form where every group of the sample allows
+    it (returned: whether they are)."""
     P = gmean.shape[1]
     G = gmean.shape[2]
     C = w.shape[0]
     Cg = C // G
+    gmu = np.empty(G, dtype=np.float64)
+    grs = np.empty(G, dtype=np.float64)
+    plain = True
     for g in range(G):
         tot = 0.0
         sm = 0.0
@@ -847,22 +861,33 @@ def _fwd_sample_tiles(gmean, gm2, n, Q, L, M, eps, w, b, R, mT, sT, hT, mean_out
         rstd = 1.0 / np.sqrt(q / M + eps)
         mean_out[n, g] = mean
         rstd_out[n, g] = rstd
-        _apply_coefficients(g, Cg, mean, rstd, w, b, mT, sT, hT, proto)
+        gmu[g] = mean
+        grs[g] = rstd
+        if not (abs(mean) * rstd <= PLAIN_LIMIT):
+            plain = False
+    for g in range(G):
+        _apply_coefficients(g, Cg, gmu[g], grs[g], w, b, mT, sT, hT, plain, proto)
     _repeat_tile(mT, R, C)
     _repeat_tile(sT, R, C)
     _repeat_tile(hT, R, C)
+    return plain
 
 
 @njit(fastmath=_EW, cache=True)
-def _apply_superrows(x4, y4, n, q0, q1, m, s, h, silu):
-    """y = (x - m) * s + h (then SiLU) over super-rows [q0, q1) of sample n, one super-row per
-    pass over the (64-byte aligned) coefficient tiles."""
+def _apply_superrows(x4, y4, n, q0, q1, m, s, h, silu, plain):
+    """y = (x - m) * s + h (then SiLU), or with ``plain`` y = x * s + h, over super-rows
+    [q0, q1) of sample n, one super-row per pass over the (64-byte aligned) coefficient tiles."""
     T = x4.shape[2]
     if silu:
         for q in range(q0, q1):
             for i in range(T):
                 z = (_load(x4[n, q, i]) - m[i]) * s[i] + h[i]
                 y4[n, q, i] = _store(z * _silu_parts(z), y4)
+        return
+    if plain:
+        for q in range(q0, q1):
+            for i in range(T):
+                y4[n, q, i] = _store(_load(x4[n, q, i]) * s[i] + h[i], y4)
         return
     for q in range(q0, q1):
         for i in range(T):
@@ -891,8 +916,8 @@ def nhwc_forward(x3, y3, G, P, R, fused, eps, w, b, mean_out, rstd_out, silu, pr
             m = _tile_empty(T, proto)
             s = _tile_empty(T, proto)
             h = _tile_empty(T, proto)
-            _fwd_sample_tiles(gmean, gm2, n, Q, Q, M, eps, w, b, R, m, s, h, mean_out, rstd_out, proto)
-            _apply_superrows(x4, y4, n, 0, Q, m, s, h, silu)
+            plain = _fwd_sample_tiles(gmean, gm2, n, Q, Q, M, eps, w, b, R, m, s, h, mean_out, rstd_out, proto)
+            _apply_superrows(x4, y4, n, 0, Q, m, s, h, silu, plain)
         return
     for it in prange(N * P):
         n = it // P
@@ -901,14 +926,15 @@ def nhwc_forward(x3, y3, G, P, R, fused, eps, w, b, mean_out, rstd_out, silu, pr
     mT = _tile_empty(N * T, proto)
     sT = _tile_empty(N * T, proto)
     hT = _tile_empty(N * T, proto)
+    plain_n = np.empty(N, dtype=np.bool_)
     for n in prange(N):
-        _fwd_sample_tiles(gmean, gm2, n, Q, L, M, eps, w, b, R, mT[n * T:(n + 1) * T],
+        plain_n[n] = _fwd_sample_tiles(gmean, gm2, n, Q, L, M, eps, w, b, R, mT[n * T:(n + 1) * T],
                           sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], mean_out, rstd_out, proto)
     for it in prange(N * P):
         n = it // P
         q0 = min(Q, (it % P) * L)
         _apply_superrows(x4, y4, n, q0, min(Q, q0 + L), mT[n * T:(n + 1) * T],
-                         sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], silu)
+                         sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], silu, plain_n[n])
 
 
 @njit(fastmath=_RED, cache=True)
@@ -987,7 +1013,7 @@ def _bwd_sample_tiles(mean_in, rstd_in, n, w, b, R, mT, sT, hT, proto):
     Cg = C // G
     for g in range(G):
         _apply_coefficients(g, Cg, np.float64(mean_in[n, g]), np.float64(rstd_in[n, g]), w, b,
-                            mT, sT, hT, proto)
+                            mT, sT, hT, False, proto)
     _repeat_tile(mT, R, C)
     _repeat_tile(sT, R, C)
     _repeat_tile(hT, R, C)
@@ -995,10 +1021,12 @@ def _bwd_sample_tiles(mean_in, rstd_in, n, w, b, R, mT, sT, hT, proto):
 
 @njit(fastmath=_RED, cache=True)
 def _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above, w, M, R, bT, gT,
-                       dwp, db_nc, proto):
+                       dwp, db_nc, silu, proto):
     """Sample n: sum the P blocks' per-channel sums in order, then per group the dx
     coefficients beta/gamma (repeated R times in the tiles bT/gT) and per channel the
-    dweight contribution rstd*(ds - mean_lo*db) (dwp[n]) and db (db_nc[n])."""
+    dweight contribution rstd*(ds - mean_lo*db) (dwp[n]) and db (db_nc[n]).  Without SiLU and
+    where every group allows it, gamma - beta*mean_hi goes in gT for the plain dx form
+    (returned: whether it does)."""
     P = pds.shape[1]
     C = pds.shape[2]
     G = mean_in.shape[1]
@@ -1012,6 +1040,10 @@ def _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above,
             ds[c] += pds[n, k, c]
             db_nc[n, c] += pdb[n, k, c]
             sx[c] += psx[n, k, c]
+    plain = not silu
+    for g in range(G):
+        if not (abs(np.float64(mean_in[n, g])) * np.float64(rstd_in[n, g]) <= PLAIN_LIMIT):
+            plain = False
     for g in range(G):
         rstd = np.float64(rstd_in[n, g])
         mlo, beta, gamma = _group_dx_coefficients(g, Cg, ds, db_nc[n], sx, w, np.float64(mean_in[n, g]),
@@ -1024,16 +1056,18 @@ def _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above,
         dwg = dwp[n, c0:c0 + Cg]
         for j in range(Cg):
             bg[j] = _acc(beta, proto)
-            gg[j] = _acc(gamma, proto)
+            gg[j] = _acc(gamma - beta * np.float64(_acc(mean_in[n, g], proto)) if plain else gamma, proto)
             dwg[j] = rstd * (dsg[j] - mlo * dbg[j])
     _repeat_tile(bT, R, C)
     _repeat_tile(gT, R, C)
+    return plain
 
 
 @njit(fastmath=_EW, cache=True)
-def _bwd_apply_superrows(dy4, x4, dx4, n, q0, q1, m, s, h, a, bt, gt, silu):
-    """dx = a*dz + bt*(x - m) + gt over super-rows [q0, q1) of sample n (dz = dy, or through
-    SiLU's derivative with z = (x - m)*s + h), one super-row per pass over the tiles."""
+def _bwd_apply_superrows(dy4, x4, dx4, n, q0, q1, m, s, h, a, bt, gt, silu, plain):
+    """dx = a*dz + bt*(x - m) + gt, or with ``plain`` dx = a*dy + bt*x + gt, over super-rows
+    [q0, q1) of sample n (dz = dy, or through SiLU's derivative with z = (x - m)*s + h), one
+    super-row per pass over the tiles."""
     T = x4.shape[2]
     if silu:
         for q in range(q0, q1):
@@ -1043,6 +1077,11 @@ def _bwd_apply_superrows(dy4, x4, dx4, n, q0, q1, m, s, h, a, bt, gt, silu):
                 sg = _silu_parts(z)
                 dz = _load(dy4[n, q, i]) * (sg * (_acc(1.0, z) + z * (_acc(1.0, z) - sg)))
                 dx4[n, q, i] = _store(a[i] * dz + bt[i] * xc + gt[i], dx4)
+        return
+    if plain:
+        for q in range(q0, q1):
+            for i in range(T):
+                dx4[n, q, i] = _store(a[i] * _load(dy4[n, q, i]) + bt[i] * _load(x4[n, q, i]) + gt[i], dx4)
         return
     for q in range(q0, q1):
         for i in range(T):
@@ -1112,9 +1151,9 @@ def nhwc_backward(dy3, x3, dx3, mean_in, rstd_in, w, b, G, P, R, fused, silu, re
                             refine_above, pds, pdb, psx, 0, proto)
             bt = _tile_empty(T, proto)
             gt = _tile_empty(T, proto)
-            _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above, w, M, R, bt,
-                               gt, dwp, db_nc, proto)
-            _bwd_apply_superrows(dy4, x4, dx4, n, 0, Q, m, s, h, s, bt, gt, silu)
+            plain = _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above, w, M,
+                                       R, bt, gt, dwp, db_nc, silu, proto)
+            _bwd_apply_superrows(dy4, x4, dx4, n, 0, Q, m, s, h, s, bt, gt, silu, plain)
     else:
         mT = _tile_empty(N * T, proto)
         sT = _tile_empty(N * T, proto)
@@ -1130,15 +1169,17 @@ def nhwc_backward(dy3, x3, dx3, mean_in, rstd_in, w, b, G, P, R, fused, silu, re
                             refine, refine_above, pds, pdb, psx, it % P, proto)
         bT = _tile_empty(N * T, proto)
         gT = _tile_empty(N * T, proto)
+        plain_n = np.empty(N, dtype=np.bool_)
         for n in prange(N):
-            _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above, w, M, R,
-                               bT[n * T:(n + 1) * T], gT[n * T:(n + 1) * T], dwp, db_nc, proto)
+            plain_n[n] = _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above, w,
+                                            M, R, bT[n * T:(n + 1) * T], gT[n * T:(n + 1) * T], dwp,
+                                            db_nc, silu, proto)
         for it in prange(N * P):
             n = it // P
             q0 = min(Q, (it % P) * L)
             _bwd_apply_superrows(dy4, x4, dx4, n, q0, min(Q, q0 + L), mT[n * T:(n + 1) * T],
                                  sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], sT[n * T:(n + 1) * T],
-                                 bT[n * T:(n + 1) * T], gT[n * T:(n + 1) * T], silu)
+                                 bT[n * T:(n + 1) * T], gT[n * T:(n + 1) * T], silu, plain_n[n])
     for cb in prange((C + DW_BLOCK - 1) // DW_BLOCK):
         c0 = cb * DW_BLOCK
         c1 = min(C, c0 + DW_BLOCK)
