@@ -64,3 +64,26 @@ def test_call_overhead_prints_both_paths_and_layouts():
     for r in rows:
         op_fwd, be_fwd, op_bwd, be_bwd = (float(v) for v in r[2:6])
         assert 0 < be_fwd and 0 < be_bwd and 0 < op_fwd and 0 < op_bwd, r
+
+
+def test_two_pass_floor_prints_the_three_timings():
+    # a small shape of each channels-last plan: one work item per sample, and row blocks
+    for shape in ("4,64,8,8,8", "1,64,64,64,8"):
+        out = _run("two-pass-floor", "--shape", shape, "--rounds", "2")
+        assert out.returncode == 0, out.stderr
+        plan = "one item per sample" if shape.startswith("4,") else "row blocks per sample"
+        assert plan in out.stdout, out.stdout
+        rows = {}
+        for line in out.stdout.splitlines()[1:]:
+            m = re.fullmatch(r"\s+(.+?)\s+(" + NUMBER + r") ms\s+1\.5\*copy/time\s+(" + NUMBER + ")", line)
+            assert m, line
+            rows[m.group(1)] = (float(m.group(2)), float(m.group(3)))
+        assert set(rows) == {"copy of x (NumPy, 1 thread)", "bare two passes (sum dy*x; dx = dy + x)",
+                             "fused channels-last backward"}, out.stdout
+        assert rows["copy of x (NumPy, 1 thread)"][1] == 1.5
+        assert all(ms > 0 and ratio > 0 for ms, ratio in rows.values()), out.stdout
+
+
+def test_two_pass_floor_refuses_a_bad_shape():
+    out = _run("two-pass-floor", "--shape", "2,320,64")
+    assert out.returncode == 2 and "--shape" in out.stderr
