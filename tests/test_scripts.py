@@ -87,3 +87,21 @@ def test_two_pass_floor_prints_the_three_timings():
 def test_two_pass_floor_refuses_a_bad_shape():
     out = _run("two-pass-floor", "--shape", "2,320,64")
     assert out.returncode == 2 and "--shape" in out.stderr
+
+
+def test_process_spread_prints_each_process_and_the_range():
+    out = _run("process-spread", "--shape", "2,32,8,8,8", "--processes", "2", "--repeat", "2")
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if re.match(r"\s+\d+\s", line)]
+    assert [r[0] for r in rows] == ["1", "2"], out.stdout
+    for r in rows:
+        assert len(r) == 6 and all(float(v) > 0 for v in r[1:]), r
+    fwd = [float(r[4]) for r in rows]
+    m = re.search(r"forward (" + NUMBER + ") to (" + NUMBER + r") of the copy, backward (" + NUMBER + ") to ("
+                  + NUMBER + ")", out.stdout)
+    assert m and float(m.group(1)) == min(fwd) and float(m.group(2)) == max(fwd), out.stdout
+
+
+def test_process_spread_refuses_two_shapes():
+    out = _run("process-spread", "--shape", "2,32,8,8,8;2,32,8,8,8")
+    assert out.returncode == 2 and "--shape" in out.stderr
