@@ -1048,6 +1048,10 @@ def _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above,
         rstd = np.float64(rstd_in[n, g])
         mlo, beta, gamma = _group_dx_coefficients(g, Cg, ds, db_nc[n], sx, w, np.float64(mean_in[n, g]),
                                                   rstd, refine, refine_above, M, proto)
+        if plain:  # dx = a*dy + beta*x + (gamma - beta*mean_hi), mean_hi as in the m tile
+            gamma -= beta * np.float64(_split_mean(np.float64(mean_in[n, g]), proto)[0])
+        beta_t = _acc(beta, proto)
+        gamma_t = _acc(gamma, proto)
         c0 = g * Cg
         bg = bT[c0:c0 + Cg]
         gg = gT[c0:c0 + Cg]
@@ -1055,8 +1059,8 @@ def _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above,
         dbg = db_nc[n, c0:c0 + Cg]
         dwg = dwp[n, c0:c0 + Cg]
         for j in range(Cg):
-            bg[j] = _acc(beta, proto)
-            gg[j] = _acc(gamma - beta * np.float64(_acc(mean_in[n, g], proto)) if plain else gamma, proto)
+            bg[j] = beta_t
+            gg[j] = gamma_t
             dwg[j] = rstd * (dsg[j] - mlo * dbg[j])
     _repeat_tile(bT, R, C)
     _repeat_tile(gT, R, C)
