@@ -483,10 +483,11 @@ def _dx_coefficients(mean_hi, mean_lo, rstd, sg, sgx, sx, refine, refine_above, 
 
 
 @njit(fastmath=_RED, cache=True)
-def _group_dx_coefficients(g, Cg, ds, db, sx, w, mean, rstd, refine, refine_above, M, proto):
+def _group_dx_coefficients(g, Cg, ds, db, sx, w, mean, rstd, refine, refine_above, M, plain, proto):
     """Group g of one sample: its per-channel sums ds/db/sx (rows of C; summed over the
     group's channels in vector partial sums, an order fixed by the code)
-    -> (mean_lo used, beta, gamma) of _dx_coefficients."""
+    -> (mean_lo used, beta, gamma) of _dx_coefficients; with ``plain``, gamma - beta*mean_hi
+    in place of gamma (dx = rstd*w*dz + beta*x + that)."""
     mhi, mlo32 = _split_mean(mean, proto)
     c0 = g * Cg
     wg = w[c0:c0 + Cg]
@@ -500,7 +501,10 @@ def _group_dx_coefficients(g, Cg, ds, db, sx, w, mean, rstd, refine, refine_abov
         sg += wg[j] * dbg[j]
         sgx += wg[j] * dsg[j]
         sxg += sxg_[j]
-    return _dx_coefficients(mhi, mlo32, rstd, sg, sgx, sxg, refine, refine_above, M)
+    mlo, beta, gamma = _dx_coefficients(mhi, mlo32, rstd, sg, sgx, sxg, refine, refine_above, M)
+    if plain:
+        gamma -= beta * np.float64(mhi)
+    return mlo, beta, gamma
 
 
 @njit(parallel=True, cache=True)
@@ -735,6 +739,21 @@ def _merge_channels(cm, cq, R, G, gmean, gm2, n, k):
             q += cqg[j] + R * d * d
         gmean[n, k, g] = mu
         gm2[n, k, g] = q
+
+
+@njit(cache=True)
+def _sample_offset(mean_in, rstd_in, n):
+    """(largest |mean| * rstd over sample n's groups, NaN left out; whether any was NaN): what
+    the plain-form and mean-refinement rules of the channels-last backward compare."""
+    top = 0.0
+    nan = False
+    for g in range(mean_in.shape[1]):
+        v = abs(np.float64(mean_in[n, g])) * np.float64(rstd_in[n, g])
+        if v > top:
+            top = v
+        elif v != v:
+            nan = True
+    return top, nan
 
 
 @njit(cache=True)
@@ -1015,16 +1034,12 @@ def _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above,
             ds[c] += pds[n, k, c]
             db_nc[n, c] += pdb[n, k, c]
             sx[c] += psx[n, k, c]
-    plain = not silu
-    for g in range(G):
-        if not (abs(np.float64(mean_in[n, g])) * np.float64(rstd_in[n, g]) <= PLAIN_LIMIT):
-            plain = False
+    top, nan = _sample_offset(mean_in, rstd_in, n)
+    plain = not silu and not nan and top <= PLAIN_LIMIT
     for g in range(G):
         rstd = np.float64(rstd_in[n, g])
         mlo, beta, gamma = _group_dx_coefficients(g, Cg, ds, db_nc[n], sx, w, np.float64(mean_in[n, g]),
-                                                  rstd, refine, refine_above, M, proto)
-        if plain:  # dx = a*dy + beta*x + (gamma - beta*mean_hi), mean_hi as in the m tile
-            gamma -= beta * np.float64(_split_mean(np.float64(mean_in[n, g]), proto)[0])
+                                                  rstd, refine, refine_above, M, plain, proto)
         beta_t = _acc(beta, proto)
         gamma_t = _acc(gamma, proto)
         c0 = g * Cg
@@ -1076,12 +1091,7 @@ def _bwd_block_sums(dy4, x4, n, q0, q1, m, sc, sh, silu, mean_in, rstd_in, refin
     it.  m/sc/sh: coefficient tiles (R*C,)."""
     C = pds.shape[2]
     T = x4.shape[2]
-    G = mean_in.shape[1]
-    with_sx = silu
-    if refine:
-        for g in range(G):
-            if abs(np.float64(mean_in[n, g])) * np.float64(rstd_in[n, g]) > refine_above:
-                with_sx = True
+    with_sx = silu or (refine and _sample_offset(mean_in, rstd_in, n)[0] > refine_above)
     a1 = _tile_empty(T, proto)
     a2 = _tile_empty(T, proto)
     a3 = _tile_empty(T, proto)
@@ -1219,7 +1229,7 @@ def finish_backward(ds_nc, db_nc, sx_nc, mean_in, rstd_in, refine, refine_above,
             rstd = np.float64(rstd_in[n, g])
             mlo, beta, gamma = _group_dx_coefficients(g, Cg, ds_nc[n], db_nc[n], sx_nc[n], w,
                                                       np.float64(mean_in[n, g]), rstd, refine,
-                                                      refine_above, M, proto)
+                                                      refine_above, M, False, proto)
             for j in range(Cg):
                 c = g * Cg + j
                 for r in range(R):
