@@ -161,8 +161,8 @@ def run_bench(args) -> int:
     runs = []
     for run in range(args.runs):
         rows = []
+        label = f"run {run + 1}/{args.runs}, " if args.runs > 1 else ""
         for si, case in enumerate(cases):
-            label = f"run {run + 1}/{args.runs}, " if args.runs > 1 else ""
             _progress(f"[{label}{si + 1}/{len(cases)}] shape {tuple(case['dims'])} G={case['groups']} ...")
             row = _measure(case, repeat, args, be, device, torch_side)
             rows.append(row)
@@ -198,12 +198,9 @@ def _prepare(shape, args, be, device, dt, torch_side, rng):
     x = rng.standard_normal(dims).astype(dt)
     dy = rng.standard_normal(dims).astype(dt)
     if args.layout == "nhwc":
-        from numr_web.layout import channels_last_perm
+        from numr_web.layout import as_channels_last
 
-        perm = channels_last_perm(len(dims))
-        inv = tuple(int(i) for i in np.argsort(perm))
-        x = np.ascontiguousarray(x.transpose(perm)).transpose(inv)
-        dy = np.ascontiguousarray(dy.transpose(perm)).transpose(inv)
+        x, dy = as_channels_last(x), as_channels_last(dy)
     w = rng.standard_normal(dims[1]).astype(np.float32)
     b = rng.standard_normal(dims[1]).astype(np.float32)
     X, DY, W, B = (numr_web.to_device(a, device) for a in (x, dy, w, b))
@@ -279,8 +276,7 @@ def _ranges_table(ranges):
     names = {"fwd_of_copy": "fwd/copy", "bwd_of_copy": "bwd/copy", "total_vs_torch": "(f+b)/torch"}
     lines = ["| shape | " + " | ".join(names[k] for k in keys) + " |", "|" + "---|" * (len(keys) + 1)]
     for e in ranges:
-        shape = "x".join(map(str, e["shape"])) + f" G{e['groups']}"
-        lines.append(f"| {shape} | " + " | ".join(f"{e[k][0]:.2f} to {e[k][1]:.2f}" for k in keys) + " |")
+        lines.append(f"| {_shape_label(e)} | " + " | ".join(f"{e[k][0]:.2f} to {e[k][1]:.2f}" for k in keys) + " |")
     return "\n".join(lines)
 
 
@@ -295,6 +291,11 @@ def _wall_timer(fn, repeat, warmup=1):
     return out
 
 
+def _shape_label(r):
+    """A row's shape as the tables print it, e.g. ``2x320x64x64 G32``."""
+    return "x".join(map(str, r["shape"])) + f" G{r['groups']}"
+
+
 def _format_row(r, torch):
     s = (f"fwd {r['fwd_ms']:.3f} ms ({r['fwd_of_copy']:.2f} of copy), "
          f"bwd {r['bwd_ms']:.3f} ms ({r['bwd_of_copy']:.2f} of copy)")
@@ -304,7 +305,7 @@ def _format_row(r, torch):
 
 
 def _table(rows, torch):
-    cols = [("shape", lambda r: "x".join(map(str, r["shape"])) + f" G{r['groups']}"),
+    cols = [("shape", _shape_label),
             ("fwd ms", lambda r: f"{r['fwd_ms']:.3f}"), ("bwd ms", lambda r: f"{r['bwd_ms']:.3f}"),
             ("copy ms", lambda r: f"{r['copy_ms']:.3f}"),
             ("fwd GB/s", lambda r: f"{r['fwd_gbps']:.1f}"), ("bwd GB/s", lambda r: f"{r['bwd_gbps']:.1f}"),

@@ -61,7 +61,7 @@ def _cmd_warmup(args) -> int:
 
     import numr_web
     from numr_web.backends import numpy_
-    from numr_web.layout import BFLOAT16, channels_last_perm
+    from numr_web.layout import BFLOAT16, as_channels_last
 
     numpy_.set_cpu_path("fused")  # BackendUnavailable (reported, exit 2) without Numba
     numpy_.cpu_path()
@@ -75,8 +75,7 @@ def _cmd_warmup(args) -> int:
             for *dims, groups in WARMUP_SHAPES:
                 x = np.linspace(-1, 1, int(np.prod(dims))).reshape(dims).astype(dt)
                 if layout == "nhwc":
-                    perm = channels_last_perm(x.ndim)
-                    x = np.ascontiguousarray(x.transpose(perm)).transpose(np.argsort(perm))
+                    x = as_channels_last(x)
                 ones = np.ones(dims[1], np.float32)
                 # with and without affine parameters, with and without SiLU
                 for w, act in ((ones, None), (ones, "silu"), (None, None), (None, "silu")):

@@ -67,6 +67,13 @@ def channels_last_perms(ndim: int):
     return p
 
 
+def as_channels_last(a):
+    """The NumPy array ``a`` (N, C, *spatial) in dense channels-last memory, same shape (a copy
+    unless its memory is in that order already)."""
+    perm, inverse = channels_last_perms(a.ndim)
+    return np.ascontiguousarray(a.transpose(perm)).transpose(inverse)
+
+
 def is_dense_channels_last(a) -> bool:
     """A NumPy array that is dense channels-last (and not empty): the fast test, by a transpose
     and NumPy's contiguity flag, with memory_layout's answer (both ignore the strides of

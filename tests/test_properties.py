@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import numr_web
 from numr_web.autograd import gradcheck, gradgradcheck
-from numr_web.layout import BFLOAT16, is_dense_channels_last, memory_layout
+from numr_web.layout import BFLOAT16, as_channels_last, is_dense_channels_last, memory_layout
 from oracle import backward as ref_backward
 from oracle import channels_last, forward as ref_forward, rel_err
 
@@ -147,3 +147,15 @@ def test_fast_channels_last_test_agrees_with_memory_layout(shape, data):
         return  # every caller tests C-contiguity first
     expected = a.size > 0 and memory_layout(a.shape, a.strides, a.itemsize) == "nhwc"
     assert is_dense_channels_last(a) == expected, (a.shape, a.strides)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=3, max_size=5))
+def test_as_channels_last_copies_into_channels_last_memory(shape):
+    # the bench, `numr-web warmup` and the WebGPU measurement build their channels-last inputs
+    # with it: same values, memory ordered (N, *spatial, C)
+    a = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    b = as_channels_last(a)
+    assert b.shape == a.shape and np.array_equal(b, a)
+    assert memory_layout(b.shape, b.strides, b.itemsize) in ("nhwc", "nchw")  # both, with extent-1 axes
+    assert np.moveaxis(b, 1, -1).flags.c_contiguous

@@ -34,6 +34,7 @@ def main(argv=None):
     from numr_web.backends.webgpu import BACKEND as be
     from numr_web.backends.webgpu import ops
     from numr_web.backends.webgpu.array import as_dtype
+    from numr_web.layout import as_channels_last
 
     *dims, G = (int(v) for v in args.shape.split(","))
     dt = as_dtype(args.dtype)
@@ -41,10 +42,7 @@ def main(argv=None):
     x = rng.standard_normal(dims).astype(dt)
     dy = rng.standard_normal(dims).astype(dt)
     if args.layout == "nhwc":
-        perm = (0,) + tuple(range(2, len(dims))) + (1,)
-        inv = np.argsort(perm)
-        x = np.ascontiguousarray(x.transpose(perm)).transpose(inv)
-        dy = np.ascontiguousarray(dy.transpose(perm)).transpose(inv)
+        x, dy = as_channels_last(x), as_channels_last(dy)
     w = rng.standard_normal(dims[1]).astype(np.float32)
     X, DY, W = (numr_web.to_device(a, "webgpu") for a in (x, dy, w))
     _, mean, rstd = be.group_norm_forward(X, W, W, G, 1e-5)
