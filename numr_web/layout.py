@@ -13,6 +13,8 @@ descriptions fit (no spatial extent, a single channel...) ``"nchw"`` wins.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 try:  # bfloat16 for NumPy; a declared dependency, but keep import light and optional
@@ -95,3 +97,19 @@ def memory_layout(shape, strides, itemsize) -> str:
             return "nhwc"
     return "other"
 
+
+
+@functools.lru_cache(maxsize=256)
+def superrow_factor(spatial: int, channels: int, limit: int) -> int:
+    """The largest R dividing ``spatial`` with ``R * channels <= limit`` (at least 1).
+
+    A channels-last sample is ``spatial`` rows of ``channels`` values, and a per-channel
+    coefficient repeats with every row.  The CPU paths walk R rows at a time (a
+    "super-row"), with the coefficients repeated R times, so that their inner loops run
+    over ``R * channels`` values instead of one short row.
+    """
+    best = 1
+    for r in range(1, max(1, limit // max(channels, 1)) + 1):
+        if spatial % r == 0:
+            best = r
+    return best

@@ -154,11 +154,17 @@ def test_other_strides_are_accepted(rng):
     assert rel_err(y, ref_forward(x, 4)[0]) < 1e-5
 
 
-def test_huge_values_do_not_overflow_statistics(runner, rng):
-    # var ~ 1e50 overflows float32 sums of squares; the exact redo handles it
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_huge_values_do_not_overflow_statistics(runner, rng, layout):
+    # var ~ 1e50 overflows float32 sums of squares; the exact redo handles it (channels-last:
+    # over each group's channels of every spatial row, whichever rows the loops walk together)
     x = (rng.standard_normal((1, 4, 8, 8)) * 1e25).astype(np.float32)
-    y, mean, rstd = numr_web.ops.group_norm_forward(runner.put(x), None, None, 2, 1e-5)
+    x[0, 2:] *= 1e-20  # the second group stays small: the redo must not mix the groups
+    xs = channels_last(x) if layout == "nhwc" else x
+    y, mean, rstd = numr_web.ops.group_norm_forward(runner.put(xs), None, None, 2, 1e-5)
     yr, mr, rr = ref_forward(x, 2)
+    assert rel_err(runner.get(mean), mr) < 1e-5
+    assert rel_err(runner.get(rstd), rr) < 1e-5
     assert np.all(np.isfinite(runner.get(y)))
     assert rel_err(runner.get(y), yr) < 1e-5
 

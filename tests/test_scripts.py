@@ -105,3 +105,40 @@ def test_process_spread_prints_each_process_and_the_range():
 def test_process_spread_refuses_two_shapes():
     out = _run("process-spread", "--shape", "2,32,8,8,8;2,32,8,8,8")
     assert out.returncode == 2 and "--shape" in out.stderr
+
+
+def test_numpy_loops_prints_its_three_tables():
+    out = _run("numpy-loops")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert any(line.startswith("3. channels-last") for line in lines), out.stdout
+    rows = [line for line in lines if re.match(r"\s+\d+ x \d+ x \d+ ", line)]
+    assert len(rows) == 4, out.stdout
+    for line in rows:
+        m = re.search(r"(" + NUMBER + r")\s+(" + NUMBER + r") \(R=\s*(\d+)\)\s+(" + NUMBER + ")$", line)
+        assert m, line
+        assert all(float(m.group(i)) > 0 for i in (1, 2, 4)) and int(m.group(3)) >= 1, line
+
+
+def test_numpy_floor_prints_path_floor_and_torch_where_installed():
+    out = _run("numpy-floor", "--shapes", "2,32,8,8,8;1,16,32,32,4", "--layout", "nhwc", "--rounds", "2")
+    assert out.returncode == 0, out.stderr
+    has_torch = importlib.util.find_spec("torch") is not None
+    rows = [line.strip("|").split("|") for line in out.stdout.splitlines() if re.match(r"\| \d+x", line)]
+    assert [r[0].strip() for r in rows] == ["2x32x8x8 G8", "1x16x32x32 G4"], out.stdout
+    for r in rows:
+        cells = [c.strip() for c in r[1:]]
+        assert all(float(c) > 0 for c in cells[:4]), r  # path and floor, ms
+        assert float(cells[8]) > 0, r  # path/floor
+        torch_cells = cells[4:8]
+        if has_torch:
+            assert all(float(c) > 0 for c in torch_cells), r
+        else:
+            assert torch_cells == ["n/a"] * 4, r
+
+
+def test_numpy_floor_refuses_bad_arguments():
+    out = _run("numpy-floor", "--rounds", "0")
+    assert out.returncode == 2 and "--rounds" in out.stderr
+    out = _run("numpy-floor", "--shapes", "2,32")
+    assert out.returncode == 2 and "--shapes" in out.stderr

@@ -32,7 +32,7 @@ import math
 import numpy as np
 
 from numr_web.layout import (BFLOAT16, accumulation_dtype, channels_last_perms, is_dense_channels_last,
-                             memory_layout)
+                             memory_layout, superrow_factor)
 from numr_web.backends.numpy_ import refine_mean
 
 _INSTALL_HINT = "pip install 'numr-web[fast]'"
@@ -240,15 +240,6 @@ def _pieces_nhwc(N, S, C):
 SUPERROW = 2048
 
 
-def _superrow_factor(S, C):
-    """The largest R dividing S with R*C <= SUPERROW (at least 1)."""
-    best = 1
-    for r in range(1, max(1, SUPERROW // max(C, 1)) + 1):
-        if S % r == 0:
-            best = r
-    return best
-
-
 #: channels-last samples of at most this many elements, with at least SAMPLE_ITEMS_MIN of
 #: them, run one work item per sample (statistics and apply back to back, from cache)
 SAMPLE_FUSE_MAX = 1 << 19
@@ -264,7 +255,7 @@ def _nhwc_plan(N, S, C):
     key = (N, S, C)
     plan = _NHWC_PLANS.get(key)
     if plan is None:
-        R = _superrow_factor(S, C)
+        R = superrow_factor(S, C, SUPERROW)
         if N >= SAMPLE_ITEMS_MIN and S * C <= SAMPLE_FUSE_MAX:
             plan = (1, R, True)
         else:

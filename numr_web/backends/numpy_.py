@@ -28,7 +28,7 @@ import numpy as np
 
 from numr_web.backends.base import Backend
 from numr_web.errors import BackendUnavailable
-from numr_web.layout import accumulation_dtype, channels_last_perms, is_dense_channels_last
+from numr_web.layout import accumulation_dtype, channels_last_perms, is_dense_channels_last, superrow_factor
 
 CPU_PATHS = ("auto", "numpy", "fused")
 _cpu_path = os.environ.get("NUMR_WEB_CPU_PATH", "auto").strip().lower() or "auto"
@@ -174,7 +174,7 @@ def group_statistics(x, loops, ct, centre=None):
         return z, z.copy()
     xv = loops.view(x)
     with np.errstate(over="ignore", invalid="ignore"):
-        shift = (xv[:, 0, ::cpg] if loops.cl else xv[:, :, 0, 0]).astype(ct)  # each group's first element
+        shift = (xv[:, 0, :loops.c:cpg] if loops.cl else xv[:, :, 0, 0]).astype(ct)  # each group's first element
         if centre is not None:
             shift = np.where(np.isfinite(centre), centre, shift).astype(ct)
         if loops.cl:
@@ -195,7 +195,7 @@ def group_statistics(x, loops, ct, centre=None):
     for i, j in zip(*np.nonzero(redo)):
         # Exact two-pass in float64 for the rare group whose shift was poor or
         # whose float32 sums overflowed (|x| beyond ~1e19).
-        grp = (xv[i, :, j * cpg:(j + 1) * cpg] if loops.cl else xv[i, j]).astype(np.float64)
+        grp = (loops.rows(x)[i, :, j * cpg:(j + 1) * cpg] if loops.cl else xv[i, j]).astype(np.float64)
         mu = grp.mean()
         dev = grp - mu
         mean[i, j] = mu + dev.mean()
@@ -261,16 +261,25 @@ def _sum_block(s):
     return s
 
 
+#: channels-last loops walk super-rows of R whole rows, R*C at most this long: NumPy's loop
+#: over a coefficient row broadcast along the rows comes within 1.1 to 1.4 times a multiply by
+#: a scalar at about 2048 (``scripts/numpy-loops``, part 3); 2560 was no faster overall
+SUPERROW = 2048
+
+
 class _Loops:
     """The view of an ``(N, C, *S)`` array that the sums and elementwise loops run over.
 
     NCHW: the ``(N, G, C/G, S)`` group view; a per-channel coefficient is
     constant along rows of S.  Channels-last: the contiguous ``(N, S, C)``
-    buffer, with per-channel coefficients as ``(N, 1, C)`` rows walked in step
-    with the data, so the inner loops run over all C contiguous channels (the
-    strided group view would give NumPy inner loops of C/G elements, 10 to 60
-    times slower than torch on the bench shapes).  Per-channel sums over S are
-    BLAS matrix-vector products in both layouts.
+    buffer walked as ``(N, S/R, R*C)`` super-rows of R whole rows, with
+    per-channel coefficients as ``(N, 1, R*C)`` rows (each repeated R times)
+    walked in step with the data, so the inner loops run over contiguous
+    channels (the strided group view would give NumPy inner loops of C/G
+    elements, 10 to 60 times slower than torch on the bench shapes; one row
+    of 64 to 640 channels at a time ran 1.3 to 1.9 times slower than
+    super-rows, ``scripts/numpy-loops``).  Per-channel sums over S are BLAS
+    matrix-vector products in both layouts.
     """
 
     def __init__(self, a, num_groups):
@@ -279,55 +288,69 @@ class _Loops:
         self.cpg = self.c // num_groups
         self.s = math.prod(a.shape[2:])
         self.cl = not a.flags.c_contiguous and is_dense_channels_last(a)
-        self.row = self.c if self.cl else self.s  # length of the inner loops
-        self.block = _sum_block(self.s) if self.cl else self.s
+        self.r = superrow_factor(self.s, self.c, SUPERROW) if self.cl else 1
+        self.q = self.s // self.r  # rows of the view
+        self.row = self.r * self.c if self.cl else self.s  # length of the inner loops
+        self.block = _sum_block(self.q) if self.cl else self.s
+        self.perm = channels_last_perms(a.ndim)[0]  # (N, C, *S) -> (N, *S, C)
 
     def view(self, a):
         """``a`` as the loops see it (a view for arrays in this layout, a copy otherwise)."""
         if self.cl:
-            return np.moveaxis(a, 1, -1).reshape(self.n, self.s, self.c)
+            return a.transpose(self.perm).reshape(self.n, self.q, self.row)
         return a.reshape(self.n, self.g, self.cpg, self.s)
+
+    def rows(self, a):
+        """A channels-last ``a`` as its ``(N, S, C)`` buffer, one spatial position per row."""
+        return a.transpose(self.perm).reshape(self.n, self.s, self.c)
 
     def chan(self, v):
         """Per-channel ``(N or 1, G, C/G)`` coefficients, broadcastable against the view."""
         if self.cl:
-            return v.reshape(v.shape[0], 1, self.c)
+            if self.r == 1:
+                return v.reshape(v.shape[0], 1, self.c)
+            t = np.empty((v.shape[0], self.r, self.c), v.dtype)  # the channels once per row
+            t[...] = v.reshape(v.shape[0], 1, self.c)
+            return t.reshape(v.shape[0], 1, self.row)
         return v[..., None]
 
     def group(self, v):
         """Per-group ``(N, G)`` coefficients, broadcastable against the view."""
         if self.cl:
-            return np.repeat(v, self.cpg, axis=1).reshape(v.shape[0], 1, self.c)
+            return self.chan(np.repeat(v, self.cpg, axis=1))
         return v[:, :, None, None]
 
     def _blocks(self, v):
-        """A channels-last view as ``(N, S/B, B, C)``: sums run over blocks of B rows."""
-        return v.reshape(self.n, self.s // self.block, self.block, self.c)
+        """A channels-last view as ``(N, Q/B, B, R*C)``: sums run over blocks of B super-rows."""
+        return v.reshape(self.n, self.q // self.block, self.block, self.row)
+
+    def _per_channel(self, sums):
+        """``(N, Q/B, R*C)`` float32 block sums -> ``(N, G, C/G)`` float64 sums, in a fixed order."""
+        sums = sums.sum(axis=1, dtype=np.float64).reshape(self.n, self.r, self.c).sum(axis=1)
+        return sums.reshape(self.n, self.g, self.cpg)
 
     def channel_sums(self, v, ct):
         """Sum over S of each (n, c) of a view, as ``(N, G, C/G)`` float64."""
         if self.cl:
             # BLAS accumulates a column sum in one float32 chain; per-block sums merged in
             # float64 keep its error at the level of the NCHW path's pairwise sums
-            sums = np.matmul(np.ones(self.block, ct), self._blocks(v)).sum(axis=1, dtype=np.float64)
-        else:
-            sums = (v.reshape(-1, self.s) @ np.ones(self.s, ct)).astype(np.float64)
+            return self._per_channel(np.matmul(np.ones(self.block, ct), self._blocks(v)))
+        sums = (v.reshape(-1, self.s) @ np.ones(self.s, ct)).astype(np.float64)
         return sums.reshape(self.n, self.g, self.cpg)
 
     def channel_dots(self, a, b, ct):
         """Sum over S of ``a * b`` for each (n, c), as ``(N, G, C/G)`` float64."""
         if not self.cl:
             dots = _row_dots(a.reshape(-1, self.s), b.reshape(-1, self.s)).astype(np.float64)
-        elif self.c >= 256:
-            dots = np.einsum("nbsc,nbsc->nbc", self._blocks(a), self._blocks(b)).sum(axis=1, dtype=np.float64)
-        else:  # narrow rows: einsum's inner loops are short; a product and a gemv are faster
-            prod = np.multiply(a, b)
-            dots = np.matmul(np.ones(self.block, ct), self._blocks(prod)).sum(axis=1, dtype=np.float64)
-        return dots.reshape(self.n, self.g, self.cpg)
+            return dots.reshape(self.n, self.g, self.cpg)
+        if self.row >= 256:
+            return self._per_channel(np.einsum("nbsc,nbsc->nbc", self._blocks(a), self._blocks(b)))
+        # narrow rows: einsum's inner loops are short; a product and a gemv are faster
+        return self._per_channel(np.matmul(np.ones(self.block, ct), self._blocks(np.multiply(a, b))))
 
     def empty(self, ct):
         """A scratch array shaped like the view."""
-        return np.empty((self.n, self.s, self.c) if self.cl else (self.n, self.g, self.cpg, self.s), ct)
+        return np.empty((self.n, self.q, self.row) if self.cl else (self.n, self.g, self.cpg, self.s), ct)
 
 
 def fast_statistics(x, loops, ct):
