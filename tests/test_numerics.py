@@ -14,9 +14,10 @@ def _layout(a):
     return memory_layout(a.shape, a.strides, a.dtype.itemsize)
 
 
-# 15: just inside the NumPy path's _PLAIN_APPLY_LIMIT (16), where it uses the uncentred
-# elementwise forms, the worst case for those
-@pytest.mark.parametrize("offset", [15.0, 1e2, 1e4, 1e5])
+# 7 and 15: just inside the CPU paths' limits for the uncentred backward sums
+# (sum dy*x - mean*sum dy, |mean| * rstd <= 8) and the uncentred elementwise forms (<= 16),
+# the worst cases for those
+@pytest.mark.parametrize("offset", [7.0, 15.0, 1e2, 1e4, 1e5])
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_large_offset_keeps_float32_precision(runner, rng, offset, layout):
     # PyTorch 2.13's CPU channels-last path gives 2.5e2 (wrong) at 1e4; its NCHW 2e-4.

@@ -652,6 +652,11 @@ def nchw_piece_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, alpha_nc, 
 #: dx = s*dy + beta*x + gamma', one coefficient tile fewer than the centred forms; the
 #: rounding of h' and gamma' then moves the output by at most about 16 * 2^-24 of its scale
 PLAIN_LIMIT = 16.0
+#: where |mean| * rstd <= UNCENTRED_LIMIT in every group of a sample, the channels-last backward
+#: sums dy*x and forms sum dy*(x - mean_hi) = sum dy*x - mean_hi*sum dy per channel in float64
+#: (the NumPy path's rule): the float32 partials of dy*x then carry at most about 8 times the
+#: rounding of the centred ones
+UNCENTRED_LIMIT = 8.0
 #: channels-last partial sums are flushed to float64 after this many rows
 ROWS_PER_FLUSH = 64
 
@@ -957,9 +962,10 @@ def nhwc_forward(x3, y3, G, P, R, fused, eps, w, b, mean_out, rstd_out, silu, pr
 
 
 @njit(fastmath=_RED, cache=True)
-def _rows_bwd_sums(dy4, x4, n, q0, q1, m, sc, sh, silu, with_sx, a1, a2, a3, s1, s2, s3):
+def _rows_bwd_sums(dy4, x4, n, q0, q1, m, sc, sh, silu, with_sx, centred, a1, a2, a3, s1, s2, s3):
     """Per-channel sum dz*(x - mean_hi), sum dz and (with_sx) sum (x - mean_hi) over
-    super-rows [q0, q1) of sample n; m/sc/sh: mean_hi, scale, shift tiles (R*C,).  float32
+    super-rows [q0, q1) of sample n; m/sc/sh: mean_hi, scale, shift tiles (R*C,).  Not
+    ``centred`` (no SiLU, no with_sx): s1 gets sum dy*x instead, without the mean tile.  float32
     partials per super-row position, folded into the per-channel float64 sums s1/s2/s3.
     One super-row per update of the accumulator arrays: with two input streams, taking four
     per update (as the forward's sums do) made the whole backward up to 10% slower
@@ -988,6 +994,11 @@ def _rows_bwd_sums(dy4, x4, n, q0, q1, m, sc, sh, silu, with_sx, a1, a2, a3, s1,
                     a1[i] += dz * xc
                     a2[i] += dz
                     a3[i] += xc
+            elif not centred:
+                for i in range(T):
+                    dz = _load(dy4[n, q, i])
+                    a1[i] += dz * _load(x4[n, q, i])
+                    a2[i] += dz
             else:
                 for i in range(T):
                     dz = _load(dy4[n, q, i])
@@ -1088,17 +1099,24 @@ def _bwd_block_sums(dy4, x4, n, q0, q1, m, sc, sh, silu, mean_in, rstd_in, refin
                     pds, pdb, psx, k, proto):
     """Super-rows [q0, q1) of sample n: per-channel sums into pds/pdb/psx[n, k]; sum
     (x - mean_hi) only where SiLU or the mean refinement of one of the sample's groups needs
-    it.  m/sc/sh: coefficient tiles (R*C,)."""
+    it.  Where every group of the sample has |mean| * rstd <= UNCENTRED_LIMIT (no SiLU), the
+    loop sums dy*x and sum dy*(x - mean_hi) is formed per channel in float64 afterwards: one
+    tile load fewer per element.  m/sc/sh: coefficient tiles (R*C,)."""
     C = pds.shape[2]
     T = x4.shape[2]
-    with_sx = silu or (refine and _sample_offset(mean_in, rstd_in, n)[0] > refine_above)
+    top, nan = _sample_offset(mean_in, rstd_in, n)
+    with_sx = silu or (refine and top > refine_above)
+    centred = silu or nan or top > UNCENTRED_LIMIT
     a1 = _tile_empty(T, proto)
     a2 = _tile_empty(T, proto)
     a3 = _tile_empty(T, proto)
     s1 = np.zeros(C, dtype=np.float64)
     s2 = np.zeros(C, dtype=np.float64)
     s3 = np.zeros(C, dtype=np.float64)
-    _rows_bwd_sums(dy4, x4, n, q0, q1, m, sc, sh, silu, with_sx, a1, a2, a3, s1, s2, s3)
+    _rows_bwd_sums(dy4, x4, n, q0, q1, m, sc, sh, silu, with_sx, centred, a1, a2, a3, s1, s2, s3)
+    if not centred:
+        for c in range(C):
+            s1[c] -= np.float64(m[c]) * s2[c]
     for c in range(C):
         pds[n, k, c] = s1[c]
         pdb[n, k, c] = s2[c]
