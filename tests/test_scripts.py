@@ -121,12 +121,16 @@ def test_numpy_loops_prints_its_three_tables():
 
 
 def test_numpy_floor_prints_path_floor_and_torch_where_installed():
-    out = _run("numpy-floor", "--shapes", "2,32,8,8,8;1,16,32,32,4", "--layout", "nhwc", "--rounds", "2")
+    out = _run("numpy-floor", "--shapes", "2,32,8,8,8;1,16,32,32,4", "--layout", "nhwc", "--rounds", "2",
+               "--runs", "2")
     assert out.returncode == 0, out.stderr
     has_torch = importlib.util.find_spec("torch") is not None
-    rows = [line.strip("|").split("|") for line in out.stdout.splitlines() if re.match(r"\| \d+x", line)]
-    assert [r[0].strip() for r in rows] == ["2x32x8x8 G8", "1x16x32x32 G4"], out.stdout
+    table, ranges = out.stdout.split("ranges over the 2 runs")
+    rows = [line.strip("|").split("|") for line in table.splitlines() if re.match(r"\| \d+x", line)]
+    assert [r[0].strip() for r in rows] == ["2x32x8x8 G8", "1x16x32x32 G4"] * 2, out.stdout
+    per_run = {}
     for r in rows:
+        per_run.setdefault(r[0].strip(), []).append(float(r[-1]))
         cells = [c.strip() for c in r[1:]]
         assert all(float(c) > 0 for c in cells[:4]), r  # path and floor, ms
         assert float(cells[8]) > 0, r  # path/floor
@@ -135,10 +139,18 @@ def test_numpy_floor_prints_path_floor_and_torch_where_installed():
             assert all(float(c) > 0 for c in torch_cells), r
         else:
             assert torch_cells == ["n/a"] * 4, r
+    # the range table spans each shape's two path/floor ratios
+    for line in ranges.splitlines():
+        if re.match(r"\| \d+x", line):
+            label, *cells = [c.strip() for c in line.strip("|").split("|")]
+            lo, hi = (float(v) for v in cells[-1].split(" to "))
+            assert (lo, hi) == (min(per_run[label]), max(per_run[label])), line
 
 
 def test_numpy_floor_refuses_bad_arguments():
     out = _run("numpy-floor", "--rounds", "0")
     assert out.returncode == 2 and "--rounds" in out.stderr
+    out = _run("numpy-floor", "--runs", "0")
+    assert out.returncode == 2 and "--runs" in out.stderr
     out = _run("numpy-floor", "--shapes", "2,32")
     assert out.returncode == 2 and "--shapes" in out.stderr
