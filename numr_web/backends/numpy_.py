@@ -262,7 +262,7 @@ def _sum_block(s):
 
 
 #: channels-last loops walk super-rows of R whole rows, R*C at most this long: NumPy's loop
-#: over a coefficient row broadcast along the rows comes within 1.1 to 1.4 times a multiply by
+#: over a coefficient row broadcast along the rows comes within 1.3 to 1.5 times a multiply by
 #: a scalar at about 2048 (``scripts/numpy-loops``, part 3); 2560 was no faster overall
 SUPERROW = 2048
 
@@ -277,7 +277,7 @@ class _Loops:
     walked in step with the data, so the inner loops run over contiguous
     channels (the strided group view would give NumPy inner loops of C/G
     elements, 10 to 60 times slower than torch on the bench shapes; one row
-    of 64 to 640 channels at a time ran 1.3 to 1.9 times slower than
+    of 64 to 640 channels at a time ran 1.1 to 2.2 times slower than
     super-rows, ``scripts/numpy-loops``).  Per-channel sums over S are BLAS
     matrix-vector products in both layouts.
     """
