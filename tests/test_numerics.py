@@ -171,18 +171,20 @@ def test_huge_values_do_not_overflow_statistics(runner, rng, layout):
 
 
 @pytest.mark.parametrize("zero_weight", [False, True])
-@pytest.mark.parametrize("spatial", [(8, 8), (32, 32)])
-def test_backward_long_and_short_rows(runner, rng, spatial, zero_weight):
+@pytest.mark.parametrize("shape, groups", [((2, 8, 8, 8), 4), ((2, 8, 32, 32), 4), ((5, 256, 8, 8), 64)])
+def test_backward_long_and_short_rows(runner, rng, shape, groups, zero_weight):
     # The NumPy path combines dx differently for rows of at least 1024 elements (the per-channel
-    # coefficient factored out) and falls back to the plain form when a weight is zero.
-    x = rng.standard_normal((2, 8) + spatial).astype(np.float32)
+    # coefficient factored out) and falls back to the plain form when a weight is zero; the
+    # plain form walks the groups in blocks (the third shape: two, the second one partial).
+    x = rng.standard_normal(shape).astype(np.float32)
     dy = rng.standard_normal(x.shape).astype(np.float32)
-    w = rng.standard_normal(8).astype(np.float32)
+    w = rng.standard_normal(shape[1]).astype(np.float32)
     if zero_weight:
         w[3] = 0.0
-    y, mean, rstd = numr_web.ops.group_norm_forward(runner.put(x), runner.put(w), None, 4, 1e-5)
-    dx, dw, db = numr_web.ops.group_norm_backward(runner.put(dy), runner.put(x), mean, rstd, runner.put(w), 4)
-    dxr, dwr, dbr = ref_backward(dy, x, 4, w)
+    y, mean, rstd = numr_web.ops.group_norm_forward(runner.put(x), runner.put(w), None, groups, 1e-5)
+    dx, dw, db = numr_web.ops.group_norm_backward(runner.put(dy), runner.put(x), mean, rstd, runner.put(w),
+                                                  groups)
+    dxr, dwr, dbr = ref_backward(dy, x, groups, w)
     assert rel_err(runner.get(dx), dxr) < 1e-5
     assert rel_err(runner.get(dw), dwr) < 1e-5
     assert rel_err(runner.get(db), dbr) < 1e-5

@@ -494,6 +494,10 @@ def _silu_grad(xc, scale, shift, dy):
     return dz
 
 
+#: elements of the NCHW dx scratch (256 KB in float32)
+_SCRATCH = 1 << 16
+
+
 def _combine_dx(L, t, dzv, xv, c1, c2, c3, ct):
     """t <- c1 * dz + c2 * x + c3 over the loop view; c1 per channel, c2 and c3 per group.
 
@@ -501,8 +505,10 @@ def _combine_dx(L, t, dzv, xv, c1, c2, c3, ct):
     Factoring out c1 avoids it -- ``c1 * (dz + (c2/c1) * x + c3/c1)`` -- and
     is 10 to 25% faster measured here for NCHW rows of 1024 or more and for
     channels-last; short NCHW rows are faster with the group-wide
-    coefficients applied over whole groups.  A zero or non-finite c1 (a zero
-    weight) takes the plain form.
+    coefficients applied over whole groups, through an L2-sized scratch
+    (0.88 to 0.92 of the time with a full-size temporary at 8x8 spatial, the
+    same at 16x16; slower than the factored form on longer rows).  A zero or
+    non-finite c1 (a zero weight) takes the plain form.
     """
     c1 = np.broadcast_to(c1, (L.n, L.g, L.cpg))
     if L.cl or L.row >= 1024:
@@ -521,10 +527,19 @@ def _combine_dx(L, t, dzv, xv, c1, c2, c3, ct):
         t += xv * L.group(c2.astype(ct))
         t += L.group(c3.astype(ct))
         return
-    rows = t.reshape(L.n * L.g, -1)
+    # rows += c2 * x + c3, whole groups per row, formed block by block in a scratch the size of
+    # a core's L2 share: no full-size temporary, and one pass over dx fewer
+    rows, xr = t.reshape(L.n * L.g, -1), xv.reshape(L.n * L.g, -1)
+    c2r, c3r = c2.astype(ct).reshape(-1, 1), c3.astype(ct).reshape(-1, 1)
+    step = max(1, _SCRATCH // rows.shape[1])
+    scratch = np.empty((min(step, rows.shape[0]), rows.shape[1]), ct)
     with _row_loops(rows.shape[1]):
-        rows += np.multiply(xv.reshape(L.n * L.g, -1), c2.astype(ct).reshape(-1, 1))
-        rows += c3.astype(ct).reshape(-1, 1)
+        for r0 in range(0, rows.shape[0], step):
+            r1 = min(r0 + step, rows.shape[0])
+            s = scratch[:r1 - r0]
+            np.multiply(xr[r0:r1], c2r[r0:r1], out=s)
+            s += c3r[r0:r1]
+            rows[r0:r1] += s
 
 
 class NumpyBackend(Backend):
