@@ -919,14 +919,36 @@ def _apply_superrows(x4, y4, n, q0, q1, m, s, h, silu, plain):
 
 
 @njit(parallel=True, cache=True)
-def nhwc_forward(x3, y3, G, P, R, fused, eps, w, b, mean_out, rstd_out, silu, proto):
-    """Channels-last forward in one call.  x3/y3: contiguous (N, S, C), viewed as (N, S/R, R*C)
-    super-rows of R whole rows; P blocks of super-rows per sample.  ``fused`` (P = 1): one
-    work item per sample does its statistics, coefficients and apply back to back, so the
-    apply reads the sample from the core's cache."""
+def nhwc_forward_samples(x3, y3, G, R, eps, w, b, mean_out, rstd_out, silu, proto):
+    """Channels-last forward, one work item per sample: its statistics, coefficients and apply
+    back to back, so the apply reads the sample from the core's cache.  x3/y3: contiguous
+    (N, S, C), viewed as (N, S/R, R*C) super-rows of R whole rows.  The plans are separate
+    kernels so that a first call compiles only the one it runs (each prange loop is a kernel
+    of its own for Numba to build)."""
     N, S, C = x3.shape
-    Cg = C // G
-    M = Cg * S
+    M = (C // G) * S
+    T = R * C
+    Q = S // R
+    x4 = x3.reshape(N, Q, T)
+    y4 = y3.reshape(N, Q, T)
+    gmean = np.empty((N, 1, G), dtype=np.float64)
+    gm2 = np.empty((N, 1, G), dtype=np.float64)
+    for n in prange(N):
+        _block_group_moments(x3, x4, n, 0, Q, G, gmean, gm2, 0, proto)
+        m = _tile_empty(T, proto)
+        s = _tile_empty(T, proto)
+        h = _tile_empty(T, proto)
+        plain = _fwd_sample_tiles(gmean, gm2, n, Q, Q, M, eps, w, b, R, m, s, h, mean_out, rstd_out, proto)
+        _apply_superrows(x4, y4, n, 0, Q, m, s, h, silu, plain)
+
+
+@njit(parallel=True, cache=True)
+def nhwc_forward_blocks(x3, y3, G, P, R, eps, w, b, mean_out, rstd_out, silu, proto):
+    """Channels-last forward over P blocks of super-rows per sample: per-block moments merged
+    over each group's channels, then per sample the Chan merge of its blocks and the
+    coefficient tiles, then the elementwise pass over the same blocks."""
+    N, S, C = x3.shape
+    M = (C // G) * S
     T = R * C
     Q = S // R
     L = (Q + P - 1) // P
@@ -934,15 +956,6 @@ def nhwc_forward(x3, y3, G, P, R, fused, eps, w, b, mean_out, rstd_out, silu, pr
     y4 = y3.reshape(N, Q, T)
     gmean = np.empty((N, P, G), dtype=np.float64)
     gm2 = np.empty((N, P, G), dtype=np.float64)
-    if fused:
-        for n in prange(N):
-            _block_group_moments(x3, x4, n, 0, Q, G, gmean, gm2, 0, proto)
-            m = _tile_empty(T, proto)
-            s = _tile_empty(T, proto)
-            h = _tile_empty(T, proto)
-            plain = _fwd_sample_tiles(gmean, gm2, n, Q, Q, M, eps, w, b, R, m, s, h, mean_out, rstd_out, proto)
-            _apply_superrows(x4, y4, n, 0, Q, m, s, h, silu, plain)
-        return
     for it in prange(N * P):
         n = it // P
         q0 = min(Q, (it % P) * L)
@@ -1128,15 +1141,62 @@ DW_BLOCK = 256
 
 
 @njit(parallel=True, cache=True)
-def nhwc_backward(dy3, x3, dx3, mean_in, rstd_in, w, b, G, P, R, fused, silu, refine,
-                  refine_above, dw, dbias, proto):
-    """Channels-last backward in one call (closed form from the saved statistics): per-block
-    per-channel sums, per-sample dx coefficients, dx over super-rows, then dweight/dbias
-    summed over samples in order.  Shapes and ``fused`` as in nhwc_forward; dw/dbias (C,)
-    float64."""
+def _sum_over_samples(dwp, db_nc, dw, dbias):
+    """dw/dbias[c] = sum over n of dwp/db_nc[n, c], in sample order (float64)."""
+    N, C = dwp.shape
+    for cb in prange((C + DW_BLOCK - 1) // DW_BLOCK):
+        c0 = cb * DW_BLOCK
+        c1 = min(C, c0 + DW_BLOCK)
+        for c in range(c0, c1):
+            dw[c] = 0.0
+            dbias[c] = 0.0
+        for n in range(N):
+            for c in range(c0, c1):
+                dw[c] += dwp[n, c]
+                dbias[c] += db_nc[n, c]
+
+
+@njit(parallel=True, cache=True)
+def nhwc_backward_samples(dy3, x3, dx3, mean_in, rstd_in, w, b, G, R, silu, refine, refine_above, dw,
+                          dbias, proto):
+    """Channels-last backward (closed form from the saved statistics), one work item per
+    sample: per-channel sums, dx coefficients and dx back to back; then dweight/dbias summed
+    over samples in order.  Shapes as in nhwc_forward_samples; dw/dbias (C,) float64."""
     N, S, C = x3.shape
-    Cg = C // G
-    M = Cg * S
+    M = (C // G) * S
+    T = R * C
+    Q = S // R
+    x4 = x3.reshape(N, Q, T)
+    dy4 = dy3.reshape(N, Q, T)
+    dx4 = dx3.reshape(N, Q, T)
+    pds = np.empty((N, 1, C), dtype=np.float64)
+    pdb = np.empty((N, 1, C), dtype=np.float64)
+    psx = np.empty((N, 1, C), dtype=np.float64)
+    dwp = np.empty((N, C), dtype=np.float64)
+    db_nc = np.empty((N, C), dtype=np.float64)
+    for n in prange(N):
+        m = _tile_empty(T, proto)
+        s = _tile_empty(T, proto)
+        h = _tile_empty(T, proto)
+        _bwd_sample_tiles(mean_in, rstd_in, n, w, b, R, m, s, h, proto)
+        _bwd_block_sums(dy4, x4, n, 0, Q, m, s, h, silu, mean_in, rstd_in, refine,
+                        refine_above, pds, pdb, psx, 0, proto)
+        bt = _tile_empty(T, proto)
+        gt = _tile_empty(T, proto)
+        plain = _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above, w, M,
+                                   R, bt, gt, dwp, db_nc, silu, proto)
+        _bwd_apply_superrows(dy4, x4, dx4, n, 0, Q, m, s, h, s, bt, gt, silu, plain)
+    _sum_over_samples(dwp, db_nc, dw, dbias)
+
+
+@njit(parallel=True, cache=True)
+def nhwc_backward_blocks(dy3, x3, dx3, mean_in, rstd_in, w, b, G, P, R, silu, refine, refine_above, dw,
+                         dbias, proto):
+    """Channels-last backward over P blocks of super-rows per sample: coefficient tiles,
+    per-block per-channel sums, per-sample dx coefficients, dx over the same blocks, then
+    dweight/dbias summed over samples in order."""
+    N, S, C = x3.shape
+    M = (C // G) * S
     T = R * C
     Q = S // R
     L = (Q + P - 1) // P
@@ -1148,55 +1208,32 @@ def nhwc_backward(dy3, x3, dx3, mean_in, rstd_in, w, b, G, P, R, fused, silu, re
     psx = np.empty((N, P, C), dtype=np.float64)
     dwp = np.empty((N, C), dtype=np.float64)
     db_nc = np.empty((N, C), dtype=np.float64)
-    if fused:
-        for n in prange(N):
-            m = _tile_empty(T, proto)
-            s = _tile_empty(T, proto)
-            h = _tile_empty(T, proto)
-            _bwd_sample_tiles(mean_in, rstd_in, n, w, b, R, m, s, h, proto)
-            _bwd_block_sums(dy4, x4, n, 0, Q, m, s, h, silu, mean_in, rstd_in, refine,
-                            refine_above, pds, pdb, psx, 0, proto)
-            bt = _tile_empty(T, proto)
-            gt = _tile_empty(T, proto)
-            plain = _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above, w, M,
-                                       R, bt, gt, dwp, db_nc, silu, proto)
-            _bwd_apply_superrows(dy4, x4, dx4, n, 0, Q, m, s, h, s, bt, gt, silu, plain)
-    else:
-        mT = _tile_empty(N * T, proto)
-        sT = _tile_empty(N * T, proto)
-        hT = _tile_empty(N * T, proto)
-        for n in prange(N):
-            _bwd_sample_tiles(mean_in, rstd_in, n, w, b, R, mT[n * T:(n + 1) * T],
-                              sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], proto)
-        for it in prange(N * P):
-            n = it // P
-            q0 = min(Q, (it % P) * L)
-            _bwd_block_sums(dy4, x4, n, q0, min(Q, q0 + L), mT[n * T:(n + 1) * T],
-                            sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], silu, mean_in, rstd_in,
-                            refine, refine_above, pds, pdb, psx, it % P, proto)
-        bT = _tile_empty(N * T, proto)
-        gT = _tile_empty(N * T, proto)
-        plain_n = np.empty(N, dtype=np.bool_)
-        for n in prange(N):
-            plain_n[n] = _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above, w,
-                                            M, R, bT[n * T:(n + 1) * T], gT[n * T:(n + 1) * T], dwp,
-                                            db_nc, silu, proto)
-        for it in prange(N * P):
-            n = it // P
-            q0 = min(Q, (it % P) * L)
-            _bwd_apply_superrows(dy4, x4, dx4, n, q0, min(Q, q0 + L), mT[n * T:(n + 1) * T],
-                                 sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], sT[n * T:(n + 1) * T],
-                                 bT[n * T:(n + 1) * T], gT[n * T:(n + 1) * T], silu, plain_n[n])
-    for cb in prange((C + DW_BLOCK - 1) // DW_BLOCK):
-        c0 = cb * DW_BLOCK
-        c1 = min(C, c0 + DW_BLOCK)
-        for c in range(c0, c1):
-            dw[c] = 0.0
-            dbias[c] = 0.0
-        for n in range(N):
-            for c in range(c0, c1):
-                dw[c] += dwp[n, c]
-                dbias[c] += db_nc[n, c]
+    mT = _tile_empty(N * T, proto)
+    sT = _tile_empty(N * T, proto)
+    hT = _tile_empty(N * T, proto)
+    for n in prange(N):
+        _bwd_sample_tiles(mean_in, rstd_in, n, w, b, R, mT[n * T:(n + 1) * T],
+                          sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], proto)
+    for it in prange(N * P):
+        n = it // P
+        q0 = min(Q, (it % P) * L)
+        _bwd_block_sums(dy4, x4, n, q0, min(Q, q0 + L), mT[n * T:(n + 1) * T],
+                        sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], silu, mean_in, rstd_in,
+                        refine, refine_above, pds, pdb, psx, it % P, proto)
+    bT = _tile_empty(N * T, proto)
+    gT = _tile_empty(N * T, proto)
+    plain_n = np.empty(N, dtype=np.bool_)
+    for n in prange(N):
+        plain_n[n] = _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above, w,
+                                        M, R, bT[n * T:(n + 1) * T], gT[n * T:(n + 1) * T], dwp,
+                                        db_nc, silu, proto)
+    for it in prange(N * P):
+        n = it // P
+        q0 = min(Q, (it % P) * L)
+        _bwd_apply_superrows(dy4, x4, dx4, n, q0, min(Q, q0 + L), mT[n * T:(n + 1) * T],
+                             sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], sT[n * T:(n + 1) * T],
+                             bT[n * T:(n + 1) * T], gT[n * T:(n + 1) * T], silu, plain_n[n])
+    _sum_over_samples(dwp, db_nc, dw, dbias)
 
 
 # ---------------------------------------------------------------------------

@@ -309,8 +309,12 @@ def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
 
     if layout == "nhwc":
         P, R, fused = _nhwc_plan(N, S, C)
-        k.nhwc_forward(_kernel_view(_channels_last_buffer(x)), _kernel_view(y3),
-                       G, P, R, fused, eps, w64, b64, mean, rstd, silu, proto)
+        if fused:
+            k.nhwc_forward_samples(_kernel_view(_channels_last_buffer(x)), _kernel_view(y3),
+                                   G, R, eps, w64, b64, mean, rstd, silu, proto)
+        else:
+            k.nhwc_forward_blocks(_kernel_view(_channels_last_buffer(x)), _kernel_view(y3),
+                                  G, P, R, eps, w64, b64, mean, rstd, silu, proto)
         return y, mean, rstd
 
     # NCHW with few or huge groups: spatial pieces of each channel, merged per group
@@ -408,9 +412,12 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
 
     if layout == "nhwc":
         P, R, fused = _nhwc_plan(N, S, C)
-        k.nhwc_backward(_kernel_view(_channels_last_buffer(dy)), _kernel_view(_channels_last_buffer(x)),
-                        _kernel_view(dx3), mean_a, rstd_a, w64, b64, G, P, R,
-                        fused, silu, refine, REFINE_ABOVE, dw64, db64, proto)
+        args = (_kernel_view(_channels_last_buffer(dy)), _kernel_view(_channels_last_buffer(x)),
+                _kernel_view(dx3), mean_a, rstd_a, w64, b64, G)
+        if fused:
+            k.nhwc_backward_samples(*args, R, silu, refine, REFINE_ABOVE, dw64, db64, proto)
+        else:
+            k.nhwc_backward_blocks(*args, P, R, silu, refine, REFINE_ABOVE, dw64, db64, proto)
         return (dx,) + _affine_out(dw64, db64, weight)
 
     # NCHW with few or huge groups: spatial pieces of each channel, per-(n, c) coefficients
