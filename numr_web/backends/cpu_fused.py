@@ -31,9 +31,9 @@ import math
 
 import numpy as np
 
-from numr_web.layout import (BFLOAT16, accumulation_dtype, channels_last_perms, is_dense_channels_last,
-                             memory_layout, superrow_factor)
-from numr_web.backends.numpy_ import refine_mean
+from numr_web.layout import (BFLOAT16, accumulation_dtype, as_channels_last, channels_last_perms,
+                             is_dense_channels_last, memory_layout, superrow_factor)
+from numr_web.backends.numpy_ import empty_like_layout, refine_mean
 
 _INSTALL_HINT = "pip install 'numr-web[fast]'"
 
@@ -156,25 +156,13 @@ def _as_layout(a, layout):
         return a
     if layout == "nchw":
         return np.ascontiguousarray(a)
-    return _from_channels_last_buffer(np.ascontiguousarray(np.moveaxis(a, 1, -1)))
+    return as_channels_last(a)
 
 
 def _channels_last_buffer(x):
     """The contiguous (N, S, C) buffer behind a channels-last array."""
     N, C = x.shape[:2]
     return x.transpose(channels_last_perms(x.ndim)[0]).reshape(N, -1, C)
-
-
-def _from_channels_last_buffer(buf):
-    return np.moveaxis(buf, -1, 1)
-
-
-def _new_channels_last(x):
-    """(array shaped like x in channels-last memory, its (N, S, C) buffer)."""
-    N, C = x.shape[:2]
-    spatial = x.shape[2:]
-    buf = np.empty((N,) + spatial + (C,), x.dtype)
-    return buf.transpose(channels_last_perms(x.ndim)[1]), buf.reshape(N, -1, C)
 
 
 _ACC_INFO = {}
@@ -292,7 +280,7 @@ def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
     N, C, G, S, cg, M = _dims(x, num_groups)
     acc, proto = _acc_info(x.dtype)
     silu = activation == "silu"
-    y, y3 = _new_channels_last(x) if layout == "nhwc" else (np.empty(x.shape, x.dtype), None)
+    y = empty_like_layout(x)
     if x.size == 0:
         mean = np.full((N, G), np.nan, acc)
         return y, mean, mean.copy()
@@ -309,12 +297,11 @@ def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
 
     if layout == "nhwc":
         P, R, fused = _nhwc_plan(N, S, C)
+        x3, y3 = _kernel_view(_channels_last_buffer(x)), _kernel_view(_channels_last_buffer(y))
         if fused:
-            k.nhwc_forward_samples(_kernel_view(_channels_last_buffer(x)), _kernel_view(y3),
-                                   G, R, eps, w64, b64, mean, rstd, silu, proto)
+            k.nhwc_forward_samples(x3, y3, G, R, eps, w64, b64, mean, rstd, silu, proto)
         else:
-            k.nhwc_forward_blocks(_kernel_view(_channels_last_buffer(x)), _kernel_view(y3),
-                                  G, P, R, eps, w64, b64, mean, rstd, silu, proto)
+            k.nhwc_forward_blocks(x3, y3, G, P, R, eps, w64, b64, mean, rstd, silu, proto)
         return y, mean, rstd
 
     # NCHW with few or huge groups: spatial pieces of each channel, merged per group
@@ -378,7 +365,7 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
     N, C, G, S, cg, M = _dims(x, num_groups)
     acc, proto = _acc_info(x.dtype)
     silu = activation == "silu"
-    dx, dx3 = _new_channels_last(x) if layout == "nhwc" else (np.empty(x.shape, x.dtype), None)
+    dx = empty_like_layout(x)
     if x.size == 0:
         if weight is None:
             return dx, None, None
@@ -413,7 +400,7 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
     if layout == "nhwc":
         P, R, fused = _nhwc_plan(N, S, C)
         args = (_kernel_view(_channels_last_buffer(dy)), _kernel_view(_channels_last_buffer(x)),
-                _kernel_view(dx3), mean_a, rstd_a, w64, b64, G)
+                _kernel_view(_channels_last_buffer(dx)), mean_a, rstd_a, w64, b64, G)
         if fused:
             k.nhwc_backward_samples(*args, R, silu, refine, REFINE_ABOVE, dw64, db64, proto)
         else:
