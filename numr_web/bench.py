@@ -214,21 +214,41 @@ def _prepare(shape, args, be, device, dt, torch_side, rng):
     if torch_side is not None:
         fns["torch_fwd"], fns["torch_bwd"] = torch_side.setup(x, w, b, dy, groups, 1e-5)
     timers = {k: (torch_side.timer if k.startswith("torch") else be.timer) for k in fns}
-    per_sample = {k: _samples_per_timing(fn, timers[k]) for k, fn in fns.items()}
+    per_sample, settle = _plan_samples(fns, timers)
     return {"dims": dims, "groups": groups, "nbytes": x.nbytes, "fns": fns, "timers": timers,
-            "per_sample": per_sample, "settle": {k: max(1, n // 2) for k, n in per_sample.items()}}
+            "per_sample": per_sample, "settle": settle}
+
+
+def _plan_samples(fns, timers):
+    """Per timed callable: calls per sample (about 4 ms of them) and the untimed settling calls
+    before each sample (half as many)."""
+    per_sample = {k: _samples_per_timing(fn, timers[k]) for k, fn in fns.items()}
+    return per_sample, {k: max(1, n // 2) for k, n in per_sample.items()}
+
+
+def _rounds(fns, timers, per_sample, settle, repeat):
+    """``repeat`` interleaved rounds over the timed callables: per callable, its mean call time
+    in each round."""
+    samples = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, fn in fns.items():
+            ts = timers[k](fn, per_sample[k], settle[k])
+            samples[k].append(sum(ts) / len(ts))
+    return samples
+
+
+def _median_ratio(samples, num, den):
+    """Median over the rounds of (sum of the ``num`` callables' times) / (sum of the ``den``
+    callables' times)."""
+    return statistics.median(
+        sum(t[:len(num)]) / sum(t[len(num):]) for t in zip(*(samples[k] for k in (*num, *den))))
 
 
 def _measure(case, repeat, args, be, device, torch_side):
     """One row: ``repeat`` interleaved rounds over the case's timed callables, medians and ratios."""
     from numr_web.backends import numpy_
 
-    fns, timers, per_sample, settle = case["fns"], case["timers"], case["per_sample"], case["settle"]
-    samples = {k: [] for k in fns}
-    for _ in range(repeat):
-        for k, fn in fns.items():
-            ts = timers[k](fn, per_sample[k], settle[k])
-            samples[k].append(sum(ts) / len(ts))
+    samples = _rounds(case["fns"], case["timers"], case["per_sample"], case["settle"], repeat)
     med = {k: statistics.median(v) for k, v in samples.items()}
     nbytes = case["nbytes"]
     row = {
@@ -238,19 +258,15 @@ def _measure(case, repeat, args, be, device, torch_side):
         "fwd_gbps": 2 * nbytes / med["fwd"] / 1e9, "bwd_gbps": 3 * nbytes / med["bwd"] / 1e9,
         "copy_gbps": 2 * nbytes / med["copy"] / 1e9,
     }
-    # fraction of the copy's throughput, per round
-    row["fwd_of_copy"] = statistics.median(
-        (2 * nbytes / f) / (2 * nbytes / c) for f, c in zip(samples["fwd"], samples["copy"]))
-    row["bwd_of_copy"] = statistics.median(
-        (3 * nbytes / f) / (2 * nbytes / c) for f, c in zip(samples["bwd"], samples["copy"]))
+    # fraction of the copy's throughput, per round (the backward moves 3 arrays, the copy 2)
+    row["fwd_of_copy"] = _median_ratio(samples, ("copy",), ("fwd",))
+    row["bwd_of_copy"] = 1.5 * _median_ratio(samples, ("copy",), ("bwd",))
     if torch_side is not None:
         row["torch_fwd_ms"] = med["torch_fwd"] * 1e3
         row["torch_bwd_ms"] = med["torch_bwd"] * 1e3
-        row["fwd_vs_torch"] = statistics.median(a / t for a, t in zip(samples["fwd"], samples["torch_fwd"]))
-        row["bwd_vs_torch"] = statistics.median(a / t for a, t in zip(samples["bwd"], samples["torch_bwd"]))
-        row["total_vs_torch"] = statistics.median(
-            (a + c) / (t + u) for a, c, t, u in
-            zip(samples["fwd"], samples["bwd"], samples["torch_fwd"], samples["torch_bwd"]))
+        row["fwd_vs_torch"] = _median_ratio(samples, ("fwd",), ("torch_fwd",))
+        row["bwd_vs_torch"] = _median_ratio(samples, ("bwd",), ("torch_bwd",))
+        row["total_vs_torch"] = _median_ratio(samples, ("fwd", "bwd"), ("torch_fwd", "torch_bwd"))
     return row
 
 
