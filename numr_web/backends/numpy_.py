@@ -292,17 +292,16 @@ class _Loops:
         self.q = self.s // self.r  # rows of the view
         self.row = self.r * self.c if self.cl else self.s  # length of the inner loops
         self.block = _sum_block(self.q) if self.cl else self.s
-        self.perm = channels_last_perms(a.ndim)[0]  # (N, C, *S) -> (N, *S, C)
 
     def view(self, a):
         """``a`` as the loops see it (a view for arrays in this layout, a copy otherwise)."""
         if self.cl:
-            return a.transpose(self.perm).reshape(self.n, self.q, self.row)
+            return self.rows(a).reshape(self.n, self.q, self.row)
         return a.reshape(self.n, self.g, self.cpg, self.s)
 
     def rows(self, a):
         """A channels-last ``a`` as its ``(N, S, C)`` buffer, one spatial position per row."""
-        return a.transpose(self.perm).reshape(self.n, self.s, self.c)
+        return a.transpose(channels_last_perms(a.ndim)[0]).reshape(self.n, self.s, self.c)
 
     def chan(self, v):
         """Per-channel ``(N or 1, G, C/G)`` coefficients, broadcastable against the view."""
