@@ -1,4 +1,5 @@
 """numr_web: Group Normalization on NumPy, CUDA (CuPy) and WebGPU (WGSL), with autograd to any order."""
+
 from numr_web import autograd, ops
 from numr_web.autograd import Tensor
 from numr_web.devices import to_device, to_numpy
@@ -9,6 +10,18 @@ from numr_web.schema import AmpPolicy, OpSchema, schema
 __version__ = "0.1.0"
 
 __all__ = [
-    "group_norm", "ops", "autograd", "Tensor", "to_device", "to_numpy", "schema", "OpSchema", "AmpPolicy",
-    "ShapeMismatch", "BackendUnavailable", "DeviceMismatch", "NumrWebError", "__version__",
+    "group_norm",
+    "ops",
+    "autograd",
+    "Tensor",
+    "to_device",
+    "to_numpy",
+    "schema",
+    "OpSchema",
+    "AmpPolicy",
+    "ShapeMismatch",
+    "BackendUnavailable",
+    "DeviceMismatch",
+    "NumrWebError",
+    "__version__",
 ]

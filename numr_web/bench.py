@@ -12,6 +12,7 @@ per-round ratios.  Effective GB/s counts the bytes a kernel must move at the
 least: forward reads x and writes y, backward reads dy and x and writes dx,
 the copy reads and writes the array once.
 """
+
 from __future__ import annotations
 
 import json
@@ -90,8 +91,9 @@ class _Torch:
     def setup(self, x, w, b, dy, groups, eps):
         torch = self.torch
         fmt = torch.channels_last if self.layout == "nhwc" and x.ndim == 4 else torch.contiguous_format
+
         def to(a):
-            from numr_web.layout import BFLOAT16
+            from numr_web.dtypes import BFLOAT16
 
             if a.dtype == BFLOAT16:  # torch cannot read ml_dtypes' bfloat16
                 return torch.from_numpy(np.ascontiguousarray(a.astype(np.float32))).to(self.device, torch.bfloat16)
@@ -119,7 +121,7 @@ class _Torch:
 def run_bench(args) -> int:
     import numr_web
     from numr_web.backends import get_backend, numpy_
-    from numr_web.layout import BFLOAT16
+    from numr_web.dtypes import BFLOAT16
 
     shapes = parse_shapes(args.shapes)
     repeat = args.repeat
@@ -141,18 +143,22 @@ def run_bench(args) -> int:
     label = be.name
     if device == "cpu":
         label = f"cpu ({numpy_.cpu_path()} path)"
-    header = [f"numr_web {numr_web.__version__} bench: backend {label}, {args.dtype}, {args.layout}, "
-              f"{repeat} interleaved samples (each after untimed settling calls), medians; "
-              f"{platform.machine()} {os.cpu_count()} cores; "
-              f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}"]
+    header = [
+        f"numr_web {numr_web.__version__} bench: backend {label}, {args.dtype}, {args.layout}, "
+        f"{repeat} interleaved samples (each after untimed settling calls), medians; "
+        f"{platform.machine()} {os.cpu_count()} cores; "
+        f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}"
+    ]
     if torch_side is not None:
         header.append(f"compared with {torch_side.version()}")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     if load is not None:
         header.append(f"1-minute load average at start: {load:.2f}")
         if load > 1.0:
-            header.append("warning: other processes are busy; parallel timings (ours and torch's) inflate "
-                          "and ratios drift -- rerun on an idle machine")
+            header.append(
+                "warning: other processes are busy; parallel timings (ours and torch's) inflate "
+                "and ratios drift -- rerun on an idle machine"
+            )
     for line in header:
         print(line)
 
@@ -198,7 +204,7 @@ def _prepare(shape, args, be, device, dt, torch_side, rng):
     x = rng.standard_normal(dims).astype(dt)
     dy = rng.standard_normal(dims).astype(dt)
     if args.layout == "nhwc":
-        from numr_web.layout import as_channels_last
+        from numr_web.memory_layout import as_channels_last
 
         x, dy = as_channels_last(x), as_channels_last(dy)
     w = rng.standard_normal(dims[1]).astype(np.float32)
@@ -215,8 +221,15 @@ def _prepare(shape, args, be, device, dt, torch_side, rng):
         fns["torch_fwd"], fns["torch_bwd"] = torch_side.setup(x, w, b, dy, groups, 1e-5)
     timers = {k: (torch_side.timer if k.startswith("torch") else be.timer) for k in fns}
     per_sample, settle = _plan_samples(fns, timers)
-    return {"dims": dims, "groups": groups, "nbytes": x.nbytes, "fns": fns, "timers": timers,
-            "per_sample": per_sample, "settle": settle}
+    return {
+        "dims": dims,
+        "groups": groups,
+        "nbytes": x.nbytes,
+        "fns": fns,
+        "timers": timers,
+        "per_sample": per_sample,
+        "settle": settle,
+    }
 
 
 def _plan_samples(fns, timers):
@@ -240,8 +253,7 @@ def _rounds(fns, timers, per_sample, settle, repeat):
 def _median_ratio(samples, num, den):
     """Median over the rounds of (sum of the ``num`` callables' times) / (sum of the ``den``
     callables' times)."""
-    return statistics.median(
-        sum(t[:len(num)]) / sum(t[len(num):]) for t in zip(*(samples[k] for k in (*num, *den))))
+    return statistics.median(sum(t[: len(num)]) / sum(t[len(num) :]) for t in zip(*(samples[k] for k in (*num, *den))))
 
 
 def _measure(case, repeat, args, be, device, torch_side):
@@ -252,10 +264,17 @@ def _measure(case, repeat, args, be, device, torch_side):
     med = {k: statistics.median(v) for k, v in samples.items()}
     nbytes = case["nbytes"]
     row = {
-        "shape": list(case["dims"]), "groups": case["groups"], "dtype": args.dtype, "layout": args.layout,
-        "backend": be.name, "cpu_path": numpy_.cpu_path() if device == "cpu" else None,
-        "fwd_ms": med["fwd"] * 1e3, "bwd_ms": med["bwd"] * 1e3, "copy_ms": med["copy"] * 1e3,
-        "fwd_gbps": 2 * nbytes / med["fwd"] / 1e9, "bwd_gbps": 3 * nbytes / med["bwd"] / 1e9,
+        "shape": list(case["dims"]),
+        "groups": case["groups"],
+        "dtype": args.dtype,
+        "layout": args.layout,
+        "backend": be.name,
+        "cpu_path": numpy_.cpu_path() if device == "cpu" else None,
+        "fwd_ms": med["fwd"] * 1e3,
+        "bwd_ms": med["bwd"] * 1e3,
+        "copy_ms": med["copy"] * 1e3,
+        "fwd_gbps": 2 * nbytes / med["fwd"] / 1e9,
+        "bwd_gbps": 3 * nbytes / med["bwd"] / 1e9,
         "copy_gbps": 2 * nbytes / med["copy"] / 1e9,
     }
     # fraction of the copy's throughput, per round (the backward moves 3 arrays, the copy 2)
@@ -313,25 +332,34 @@ def _shape_label(r):
 
 
 def _format_row(r, torch):
-    s = (f"fwd {r['fwd_ms']:.3f} ms ({r['fwd_of_copy']:.2f} of copy), "
-         f"bwd {r['bwd_ms']:.3f} ms ({r['bwd_of_copy']:.2f} of copy)")
+    s = (
+        f"fwd {r['fwd_ms']:.3f} ms ({r['fwd_of_copy']:.2f} of copy), "
+        f"bwd {r['bwd_ms']:.3f} ms ({r['bwd_of_copy']:.2f} of copy)"
+    )
     if torch:
         s += f", vs torch fwd {r['fwd_vs_torch']:.2f}x bwd {r['bwd_vs_torch']:.2f}x"
     return s
 
 
 def _table(rows, torch):
-    cols = [("shape", _shape_label),
-            ("fwd ms", lambda r: f"{r['fwd_ms']:.3f}"), ("bwd ms", lambda r: f"{r['bwd_ms']:.3f}"),
-            ("copy ms", lambda r: f"{r['copy_ms']:.3f}"),
-            ("fwd GB/s", lambda r: f"{r['fwd_gbps']:.1f}"), ("bwd GB/s", lambda r: f"{r['bwd_gbps']:.1f}"),
-            ("fwd/copy", lambda r: f"{r['fwd_of_copy']:.2f}"), ("bwd/copy", lambda r: f"{r['bwd_of_copy']:.2f}")]
+    cols = [
+        ("shape", _shape_label),
+        ("fwd ms", lambda r: f"{r['fwd_ms']:.3f}"),
+        ("bwd ms", lambda r: f"{r['bwd_ms']:.3f}"),
+        ("copy ms", lambda r: f"{r['copy_ms']:.3f}"),
+        ("fwd GB/s", lambda r: f"{r['fwd_gbps']:.1f}"),
+        ("bwd GB/s", lambda r: f"{r['bwd_gbps']:.1f}"),
+        ("fwd/copy", lambda r: f"{r['fwd_of_copy']:.2f}"),
+        ("bwd/copy", lambda r: f"{r['bwd_of_copy']:.2f}"),
+    ]
     if torch:
-        cols += [("torch fwd ms", lambda r: f"{r['torch_fwd_ms']:.3f}"),
-                 ("torch bwd ms", lambda r: f"{r['torch_bwd_ms']:.3f}"),
-                 ("fwd/torch", lambda r: f"{r['fwd_vs_torch']:.2f}"),
-                 ("bwd/torch", lambda r: f"{r['bwd_vs_torch']:.2f}"),
-                 ("(f+b)/torch", lambda r: f"{r['total_vs_torch']:.2f}")]
+        cols += [
+            ("torch fwd ms", lambda r: f"{r['torch_fwd_ms']:.3f}"),
+            ("torch bwd ms", lambda r: f"{r['torch_bwd_ms']:.3f}"),
+            ("fwd/torch", lambda r: f"{r['fwd_vs_torch']:.2f}"),
+            ("bwd/torch", lambda r: f"{r['bwd_vs_torch']:.2f}"),
+            ("(f+b)/torch", lambda r: f"{r['total_vs_torch']:.2f}"),
+        ]
     lines = ["| " + " | ".join(c for c, _ in cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         lines.append("| " + " | ".join(f(r) for _, f in cols) + " |")

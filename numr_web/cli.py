@@ -1,4 +1,5 @@
 """``numr-web``: info, demo, bench and warmup."""
+
 from __future__ import annotations
 
 import argparse
@@ -61,7 +62,8 @@ def _cmd_warmup(args) -> int:
 
     import numr_web
     from numr_web.backends import numpy_
-    from numr_web.layout import BFLOAT16, as_channels_last
+    from numr_web.dtypes import BFLOAT16
+    from numr_web.memory_layout import as_channels_last
 
     numpy_.set_cpu_path("fused")  # BackendUnavailable (reported, exit 2) without Numba
     numpy_.cpu_path()
@@ -100,16 +102,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="forward/backward medians, GB/s, ratio to a same-size copy (and to torch)")
     b.add_argument("--backend", default="cpu", choices=["cpu", "cuda", "webgpu"])
-    b.add_argument("--cpu-path", default="auto", choices=["auto", "numpy", "fused"],
-                   help="CPU kernels: fused (Numba) or pure NumPy (default: fused when Numba imports)")
+    b.add_argument(
+        "--cpu-path",
+        default="auto",
+        choices=["auto", "numpy", "fused"],
+        help="CPU kernels: fused (Numba) or pure NumPy (default: fused when Numba imports)",
+    )
     b.add_argument("--dtype", default="float32", choices=["float16", "bfloat16", "float32", "float64"])
     b.add_argument("--layout", default="nchw", choices=["nchw", "nhwc"])
     b.add_argument("--repeat", type=int, default=15, help="interleaved samples per shape (medians are reported)")
-    b.add_argument("--shapes", default=None,
-                   help="semicolon-separated N,C,H,W,G (default: the standard bench shapes)")
-    b.add_argument("--runs", type=int, default=1,
-                   help="measure every shape this many times, one pass over the shapes after another, "
-                        "and report each ratio's range (the table shows the first run)")
+    b.add_argument("--shapes", default=None, help="semicolon-separated N,C,H,W,G (default: the standard bench shapes)")
+    b.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="measure every shape this many times, one pass over the shapes after another, "
+        "and report each ratio's range (the table shows the first run)",
+    )
     b.add_argument("--quick", action="store_true", help="3 samples and the two smallest shapes")
     b.add_argument("--compare", choices=["torch"], default=None, help="time torch side by side")
     b.add_argument("--threads", type=int, default=None, help="torch/Numba threads (default: all cores)")
@@ -117,8 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(fn=_cmd_bench)
 
     w = sub.add_parser("warmup", help="compile the fused CPU kernels now (first calls otherwise wait for it)")
-    w.add_argument("--dtype", action="append", choices=["float16", "bfloat16", "float32", "float64"],
-                   help="storage dtype to compile for (repeatable; default float32)")
+    w.add_argument(
+        "--dtype",
+        action="append",
+        choices=["float16", "bfloat16", "float32", "float64"],
+        help="storage dtype to compile for (repeatable; default float32)",
+    )
     w.add_argument("--layout", default="both", choices=["nchw", "nhwc", "both"])
     w.set_defaults(fn=_cmd_warmup)
     return p

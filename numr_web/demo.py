@@ -1,4 +1,5 @@
 """``numr-web demo``: GroupNorm's per-group statistics and gradients on a sample tensor."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,7 +13,7 @@ def run_demo(device: str = "cpu", num_groups: int = 3, seed: int = 0) -> int:
     # each group gets its own offset and spread, so the statistics differ visibly
     scale = np.repeat(np.linspace(0.5, 3.0, num_groups), c // num_groups) if c % num_groups == 0 else np.ones(c)
     shift = np.repeat(np.linspace(-5.0, 5.0, num_groups), c // num_groups) if c % num_groups == 0 else np.zeros(c)
-    x_np = (rng.standard_normal((n, c, h, w)) * scale[None, :, None, None] + shift[None, :, None, None])
+    x_np = rng.standard_normal((n, c, h, w)) * scale[None, :, None, None] + shift[None, :, None, None]
     x_np = x_np.astype(np.float32)
     weight_np = np.linspace(0.5, 1.5, c).astype(np.float32)
     bias_np = np.linspace(-0.2, 0.2, c).astype(np.float32)
@@ -31,17 +32,21 @@ def run_demo(device: str = "cpu", num_groups: int = 3, seed: int = 0) -> int:
     mean, rstd = numr_web.to_numpy(mean), numr_web.to_numpy(rstd)
     y_np = numr_web.to_numpy(y)
     dx = numr_web.to_numpy(x.grad)
-    print(f"GroupNorm of x{tuple(x.shape)} float32 on {device!r}, {num_groups} groups of "
-          f"{c // num_groups} channels, eps=1e-5")
+    print(
+        f"GroupNorm of x{tuple(x.shape)} float32 on {device!r}, {num_groups} groups of "
+        f"{c // num_groups} channels, eps=1e-5"
+    )
     print(f"loss = mean((y - target)^2) = {loss.item():.6f}\n")
     print(" n  g | mean        std (1/rstd) | y mean   y std  | |dL/dx| group  sum dL/dx")
     cpg = c // num_groups
     for i in range(n):
         for g in range(num_groups):
-            ys = y_np[i, g * cpg:(g + 1) * cpg]
-            gs = dx[i, g * cpg:(g + 1) * cpg]
-            print(f"{i:2d} {g:2d} | {mean[i, g]:+10.5f}  {1 / rstd[i, g]:10.5f}  | {ys.mean():+7.4f} {ys.std():7.4f} "
-                  f"| {np.sqrt((gs ** 2).sum()):10.6f}   {gs.sum():+.2e}")
+            ys = y_np[i, g * cpg : (g + 1) * cpg]
+            gs = dx[i, g * cpg : (g + 1) * cpg]
+            print(
+                f"{i:2d} {g:2d} | {mean[i, g]:+10.5f}  {1 / rstd[i, g]:10.5f}  | {ys.mean():+7.4f} {ys.std():7.4f} "
+                f"| {np.sqrt((gs**2).sum()):10.6f}   {gs.sum():+.2e}"
+            )
     print("\nper channel:   weight   bias    dL/dweight   dL/dbias")
     dw, db = numr_web.to_numpy(weight.grad), numr_web.to_numpy(bias.grad)
     for ch in range(c):

@@ -1,4 +1,5 @@
 """Moving arrays between devices."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Exceptions raised by numr_web."""
+
 from __future__ import annotations
 
 

@@ -1,8 +1,11 @@
-"""Op schemas: one per op, read by the autograd engine and the dispatcher.
+"""Op schemas, declared in one table: name, version, amp policy (which decides the compute dtype), produces_grad.
 
-A schema says what an op is (name, version), how mixed precision treats it
-(``amp_policy``) and whether autograd records it (``produces_grad``).
+Every op numr_web records for autograd has a row in ``SCHEMAS``, next to the
+others, the way PyTorch keeps its derivatives in one file.  The table imports
+nothing from the rest of the package: the ops and autograd functions look
+their schema up here, never the other way round.
 """
+
 from __future__ import annotations
 
 import enum
@@ -18,7 +21,7 @@ class AmpPolicy(str, enum.Enum):
 
     #: compute and accumulate in float32 whatever the storage dtype (float64 stays float64)
     FORCE_FP32 = "force_fp32"
-    #: follow the usual type promotion of the inputs
+    #: compute in the storage dtype (the usual type promotion of the inputs)
     PROMOTE = "promote"
 
     def __eq__(self, other):
@@ -39,32 +42,51 @@ class OpSchema:
     version: int
     amp_policy: AmpPolicy
     produces_grad: bool
-    doc: str = ""
+
+    def compute_dtype(self, dtype) -> str:
+        """The name of the dtype the op computes and accumulates in for storage ``dtype``.
+
+        ``dtype`` is anything whose ``str`` is a dtype name (a NumPy dtype, a
+        name).  FORCE_FP32: float32, except that float64 stays float64;
+        PROMOTE: the storage dtype itself.
+        """
+        name = str(dtype)
+        if self.amp_policy == AmpPolicy.FORCE_FP32:
+            return "float64" if name == "float64" else "float32"
+        return name
 
 
-_REGISTRY: dict[str, OpSchema] = {}
+def _row(name, amp_policy=AmpPolicy.PROMOTE, produces_grad=True, version=1):
+    return name, OpSchema(name, version, amp_policy, produces_grad)
 
 
-def register(schema: OpSchema) -> OpSchema:
-    old = _REGISTRY.get(schema.name)
-    if old is not None and old != schema:
-        raise ValueError(f"op {schema.name!r} is already registered with a different schema: {old}")
-    _REGISTRY[schema.name] = schema
-    return schema
+#: every op's schema.  group_norm's two helpers stand for the saved (N, G)
+#: statistics as functions of x in the differentiable backward (ops/composite.py).
+SCHEMAS: dict[str, OpSchema] = dict(
+    [
+        _row("group_norm", AmpPolicy.FORCE_FP32),
+        _row("group_norm_saved_mean", AmpPolicy.FORCE_FP32),
+        _row("group_norm_saved_rstd", AmpPolicy.FORCE_FP32),
+        _row("add"),
+        _row("sub"),
+        _row("mul"),
+        _row("div"),
+        _row("neg"),
+        _row("pow"),
+        _row("sum"),
+        _row("broadcast_to"),
+        _row("reshape"),
+        _row("cast"),
+        _row("exp"),
+        _row("sigmoid"),
+    ]
+)
 
 
 def schema(name: str) -> OpSchema:
-    """The registered schema of op ``name`` (e.g. ``"group_norm"``)."""
-    import numr_web.ops  # noqa: F401  (registers the ops)
-    import numr_web.autograd.functions  # noqa: F401
-
+    """The schema of op ``name`` (e.g. ``"group_norm"``)."""
     try:
-        return _REGISTRY[name]
+        return SCHEMAS[name]
     except KeyError:
-        known = ", ".join(sorted(_REGISTRY))
-        raise KeyError(f"schema: no op named {name!r}; registered ops: {known}") from None
-
-
-def registered() -> dict[str, OpSchema]:
-    schema("group_norm")
-    return dict(_REGISTRY)
+        known = ", ".join(sorted(SCHEMAS))
+        raise KeyError(f"schema: no op named {name!r}; known ops: {known}") from None

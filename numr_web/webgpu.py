@@ -9,6 +9,7 @@ Importing this module touches no hardware; the device is created on first
 use (and again after a device loss).  ``BACKEND`` is the object the registry
 uses for ``device="webgpu"``.
 """
+
 from __future__ import annotations
 
 from numr_web.backends.webgpu import BACKEND, WebGPUArray, configure
@@ -29,8 +30,9 @@ def from_buffer(buf, shape, dtype="float32") -> WebGPUArray:
     try:
         memoryview(buf)
     except TypeError:
-        raise TypeError(f"buf: expected a buffer-protocol object (bytes, array.array, memoryview), "
-                        f"got {type(buf).__name__}") from None
+        raise TypeError(
+            f"buf: expected a buffer-protocol object (bytes, array.array, memoryview), got {type(buf).__name__}"
+        ) from None
     return BACKEND.from_buffer(buf, tuple(shape), dtype)
 
 

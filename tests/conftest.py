@@ -3,6 +3,7 @@
 Under CI=true a component this machine can have (Numba, a WebGPU adapter on
 lavapipe) FAILS the test when missing; only a missing CUDA GPU skips.
 """
+
 from __future__ import annotations
 
 import os

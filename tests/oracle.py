@@ -3,6 +3,7 @@
 Used as the main oracle by the tests: loops over (n, g) groups on float64
 copies, no shared code with the package.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Tensor and autograd semantics, checked against hand-derived derivatives and finite differences."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -60,7 +61,7 @@ def test_mean_reshape_neg_rsub_rdiv():
 
 def test_grad_function_and_create_graph_second_derivative():
     x = t([0.5, -1.5, 2.0])
-    y = (x ** 3).sum()
+    y = (x**3).sum()
     (gx,) = grad(y, [x], create_graph=True)
     np.testing.assert_allclose(gx.numpy(), 3 * x.numpy() ** 2)
     (ggx,) = grad(gx.sum(), [x])

@@ -1,4 +1,5 @@
 """The console script: info, demo and bench run and print what they promise."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,9 @@ import pytest
 
 def run(*args, timeout=600):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, "-m", "numr_web.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "numr_web.cli", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def test_info_lists_every_backend_with_a_reason():
@@ -109,10 +111,10 @@ def test_warmup_fills_the_kernel_cache_for_later_processes(tmp_path):
 
     require_target("cpu-fused")
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
-    warm = subprocess.run([sys.executable, "-m", "numr_web.cli", "warmup"], capture_output=True, text=True,
-                          timeout=900, env=env)
+    warm = subprocess.run(
+        [sys.executable, "-m", "numr_web.cli", "warmup"], capture_output=True, text=True, timeout=900, env=env
+    )
     assert warm.returncode == 0, warm.stderr
     assert "float32   nchw" in warm.stdout and "float32   nhwc" in warm.stdout
-    later = subprocess.run([sys.executable, "-c", COUNT_COMPILES], capture_output=True, text=True,
-                           timeout=900, env=env)
+    later = subprocess.run([sys.executable, "-c", COUNT_COMPILES], capture_output=True, text=True, timeout=900, env=env)
     assert later.returncode == 0, f"kernels compiled after the warm-up: {later.stdout}{later.stderr}"

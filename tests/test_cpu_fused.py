@@ -8,6 +8,7 @@ vector loops, the float16/bfloat16 bit conversions, the vectorizable exp used
 by SiLU, determinism across thread counts, the on-disk compile cache and the
 message when Numba is missing.  Under CI=true a missing Numba FAILS.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -18,11 +19,13 @@ import textwrap
 
 import numpy as np
 import pytest
+from oracle import backward as ref_backward
+from oracle import channels_last, rel_err
+from oracle import forward as ref_forward
 
 from numr_web.backends import cpu_fused
-from numr_web.layout import BFLOAT16, memory_layout
-from oracle import backward as ref_backward
-from oracle import channels_last, forward as ref_forward, rel_err
+from numr_web.dtypes import BFLOAT16
+from numr_web.memory_layout import memory_layout
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -55,14 +58,14 @@ def _dtype(name):
 # (shape, groups): the first ones take the per-group NCHW path (N*G >= 8, small M),
 # the others the pieces path (few groups, or M above GROUP_MAX)
 CASES = [
-    ((2, 6, 7, 5), 3),        # M = 70: not a multiple of any vector width, N*G < 8
-    ((4, 8, 3, 3), 4),        # N*G = 16, channels of 9 elements
-    ((3, 16, 17), 8),         # rank 3, two channels per group, 17 per channel
-    ((5, 8), 8),              # rank 2: C/G = 1, M = 1 (variance 0)
-    ((2, 12, 1, 1), 12),      # C/G = 1 with spatial 1x1
-    ((2, 4, 3, 3, 3), 2),     # rank 5
-    ((9, 32, 4, 4), 32),      # C/G = 1, many groups
-    ((1, 2, 300001), 1),      # huge M, odd length: several pieces per channel
+    ((2, 6, 7, 5), 3),  # M = 70: not a multiple of any vector width, N*G < 8
+    ((4, 8, 3, 3), 4),  # N*G = 16, channels of 9 elements
+    ((3, 16, 17), 8),  # rank 3, two channels per group, 17 per channel
+    ((5, 8), 8),  # rank 2: C/G = 1, M = 1 (variance 0)
+    ((2, 12, 1, 1), 12),  # C/G = 1 with spatial 1x1
+    ((2, 4, 3, 3, 3), 2),  # rank 5
+    ((9, 32, 4, 4), 32),  # C/G = 1, many groups
+    ((1, 2, 300001), 1),  # huge M, odd length: several pieces per channel
 ]
 
 
@@ -207,7 +210,7 @@ def test_nan_stays_in_its_group(fused, rng, layout, shape, groups):
     y, mean, rstd = fused.group_norm_forward(x, w, w, groups, 1e-5, "silu")
     bad = np.zeros(shape, bool)
     cg = shape[1] // groups
-    bad[n, cg:2 * cg] = True
+    bad[n, cg : 2 * cg] = True
     assert np.all(np.isnan(y[bad])) and np.all(np.isfinite(y[~bad]))
     assert np.isnan(mean[n, 1]) and np.isfinite(np.delete(mean.reshape(-1), n * groups + 1)).all()
     dx, dw, db = fused.group_norm_backward(dy, x, mean, rstd, w, w, groups, "silu")
@@ -287,8 +290,9 @@ def test_compile_cache_is_written_and_reused(fused, tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
     def run():
-        out = subprocess.run([sys.executable, "-c", script], env=env, cwd=root, capture_output=True,
-                             text=True, timeout=300)
+        out = subprocess.run(
+            [sys.executable, "-c", script], env=env, cwd=root, capture_output=True, text=True, timeout=300
+        )
         assert out.returncode == 0, out.stderr
         return [int(v) for v in out.stdout.split()[-2:]]
 
@@ -320,8 +324,7 @@ def test_missing_numba_is_reported_not_raised(monkeypatch):
 # <= 8), at their worst; 15: the plain elementwise forms (<= 16) at theirs; 1e4: the centred ones
 @pytest.mark.parametrize("activation,offset", [(None, 7.0), (None, 15.0), (None, 1e4), ("silu", 3.0)])
 @pytest.mark.parametrize("fused_samples", [True, False])
-def test_channels_last_per_sample_and_row_block_plans(fused, rng, monkeypatch, fused_samples, activation,
-                                                      offset):
+def test_channels_last_per_sample_and_row_block_plans(fused, rng, monkeypatch, fused_samples, activation, offset):
     # channels-last runs one work item per sample (statistics, coefficients and apply back to
     # back) for many small samples, else row blocks merged with Chan's formula: both must
     # match the oracle, including a NaN confined to its group and (without SiLU, whose z uses
@@ -353,6 +356,7 @@ def test_channels_last_per_sample_and_row_block_plans(fused, rng, monkeypatch, f
     assert rel_err(dx[keep], dxr) < 1e-5
     # dweight/dbias over all samples but the NaN one's channels 8..15
     good_c = np.r_[0:8, 16:64]
-    _, dwr, dbr = ref_backward(np.asarray(dy)[:, good_c], np.asarray(x)[:, good_c], groups - 1,
-                               w[good_c], b[good_c], activation=activation)
+    _, dwr, dbr = ref_backward(
+        np.asarray(dy)[:, good_c], np.asarray(x)[:, good_c], groups - 1, w[good_c], b[good_c], activation=activation
+    )
     assert rel_err(dw[good_c], dwr) < 1e-5 and rel_err(db[good_c], dbr) < 1e-5

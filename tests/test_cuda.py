@@ -18,6 +18,7 @@ Four layers, so that a machine without a GPU still checks most of it:
 4. ``@pytest.mark.cuda`` tests through the public API on a real device; they
    skip with a reason where CuPy or a device is missing.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -32,13 +33,13 @@ import sys
 
 import numpy as np
 import pytest
+from oracle import backward as oracle_backward
+from oracle import channels_last, rel_err
+from oracle import forward as oracle_forward
 
 from numr_web.backends import cupy_
-from numr_web.layout import BFLOAT16, channels_last_perm, memory_layout
-from oracle import backward as oracle_backward
-from oracle import channels_last
-from oracle import forward as oracle_forward
-from oracle import rel_err
+from numr_web.dtypes import BFLOAT16
+from numr_web.memory_layout import channels_last_perm, memory_layout
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 KERNEL_DIR = cupy_.KERNEL_PATH.parent
@@ -67,8 +68,7 @@ def _instantiation_unit(tmp_path: pathlib.Path) -> pathlib.Path:
     """A translation unit that instantiates every kernel the backend may launch."""
     names = cupy_.all_name_expressions()
     body = ",\n".join(f"    (void*)&{n}" for n in names)
-    src = (f'#include "{cupy_.KERNEL_PATH.as_posix()}"\n'
-           f"void* numr_web_kernels[] = {{\n{body}\n}};\n")
+    src = f'#include "{cupy_.KERNEL_PATH.as_posix()}"\nvoid* numr_web_kernels[] = {{\n{body}\n}};\n'
     path = tmp_path / "instantiate_all.cu"
     path.write_text(src)
     return path
@@ -86,8 +86,12 @@ def test_kernel_sources_exist_and_need_no_headers():
 @pytest.mark.parametrize("cu", CU_FILES, ids=lambda p: p.name)
 def test_each_cu_file_compiles(cu, arch, tmp_path):
     nvcc = _nvcc()
-    proc = subprocess.run([nvcc, "-std=c++17", f"-arch={arch}", "-c", str(cu), "-o", str(tmp_path / "k.o"),
-                           "-Werror", "all-warnings"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [nvcc, "-std=c++17", f"-arch={arch}", "-c", str(cu), "-o", str(tmp_path / "k.o"), "-Werror", "all-warnings"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
@@ -95,8 +99,24 @@ def test_each_cu_file_compiles(cu, arch, tmp_path):
 def test_every_kernel_instantiation_compiles(arch, tmp_path):
     nvcc = _nvcc()
     unit = _instantiation_unit(tmp_path)
-    proc = subprocess.run([nvcc, "-std=c++17", f"-arch={arch}", "-c", str(unit), "-o", str(tmp_path / "all.o"),
-                           "-Werror", "all-warnings", "-Xptxas", "-v"], capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            nvcc,
+            "-std=c++17",
+            f"-arch={arch}",
+            "-c",
+            str(unit),
+            "-o",
+            str(tmp_path / "all.o"),
+            "-Werror",
+            "all-warnings",
+            "-Xptxas",
+            "-v",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     entries = re.findall(r"Compiling entry function '(\w+)' for '(\w+)'", proc.stderr)
     assert len(entries) == len(cupy_.all_name_expressions()), "one device entry per name expression"
@@ -197,11 +217,18 @@ def _cupy_importable():
 
 
 def test_import_is_lazy_and_unavailability_says_how_to_fix():
-    code = ("import sys, numr_web.backends.cupy_ as m; "
-            "assert 'cupy' not in sys.modules, 'importing the backend imported cupy'; "
-            "ok, why = m.BACKEND.available(); print(ok); print(why)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          cwd=pathlib.Path(__file__).resolve().parent.parent)
+    code = (
+        "import sys, numr_web.backends.cupy_ as m; "
+        "assert 'cupy' not in sys.modules, 'importing the backend imported cupy'; "
+        "ok, why = m.BACKEND.available(); print(ok); print(why)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=pathlib.Path(__file__).resolve().parent.parent,
+    )
     assert proc.returncode == 0, proc.stderr
     ok, why = proc.stdout.splitlines()[:2]
     if ok == "False":
@@ -248,11 +275,15 @@ def test_fastdiv_is_exact():
     divisors = list(range(1, 600)) + [2**k + o for k in range(10, 33) for o in (-1, 0, 1) if 0 < 2**k + o < 2**32]
     divisors += [int(v) for v in rng.integers(1, 2**32 - 1, 200)] + [2**32 - 1, 3 * 2**30, 2**32 + 5]
     for d in divisors:
-        n = np.concatenate([np.arange(0, 3000, dtype=U64),
-                            rng.integers(0, 2**32, 3000, dtype=U64),
-                            np.array([2**32 - 1, 2**32 - 2, 2**31, 2**31 - 1, 2**32, 2**40 + 7, 2**62], dtype=U64),
-                            (np.arange(1, 50, dtype=U64) * U64(d)) - U64(1),
-                            np.arange(1, 50, dtype=U64) * U64(d)])
+        n = np.concatenate(
+            [
+                np.arange(0, 3000, dtype=U64),
+                rng.integers(0, 2**32, 3000, dtype=U64),
+                np.array([2**32 - 1, 2**32 - 2, 2**31, 2**31 - 1, 2**32, 2**40 + 7, 2**62], dtype=U64),
+                (np.arange(1, 50, dtype=U64) * U64(d)) - U64(1),
+                np.arange(1, 50, dtype=U64) * U64(d),
+            ]
+        )
         n = n[n < U64(2**63)]
         assert np.array_equal(fastdiv(n, d), n // U64(d)), d
 
@@ -442,7 +473,6 @@ def emulate_backward(dy, x, mean, rstd, weight, bias, G, silu, sm_count):
     mean, rstd = np.asarray(mean, A), np.asarray(rstd, A)
     part = np.zeros((3, N, P, C), A)
     touched = np.zeros(xf.size, np.int64)
-    one = A(1)
 
     def terms(xv, gv, mh, alpha, zs):
         xc = xv - mh
@@ -464,7 +494,7 @@ def emulate_backward(dy, x, mean, rstd, weight, bias, G, silu, sm_count):
             vv = v0[:, None] + np.arange(32)[None, :] + 32 * j
             m = vv < v1[:, None]
             for k in range(vec):
-                e = (row[:, None] * S + vv * vec + k)
+                e = row[:, None] * S + vv * vec + k
                 e = np.where(m, e, 0)
                 np.add.at(touched, e[m], 1)
                 t = terms(xf[e].astype(A), dyf[e].astype(A), mh[:, None], alpha[:, None], zs[:, None])
@@ -506,7 +536,7 @@ def emulate_backward(dy, x, mean, rstd, weight, bias, G, silu, sm_count):
         for bi in range(blk.size):
             for ti in range(lanes_c):
                 if ok[bi, ti]:
-                    part[:, n[bi], p[bi], cv[bi, ti] * vec: cv[bi, ti] * vec + vec] = tot[:, bi, ti]
+                    part[:, n[bi], p[bi], cv[bi, ti] * vec : cv[bi, ti] * vec + vec] = tot[:, bi, ti]
     assert touched.min() == 1 and touched.max() == 1, (touched.min(), touched.max())
 
     # gn_bwd_group_coeffs
@@ -617,8 +647,14 @@ def _tols(dtype, offset=0.0):
     return 1e-4, 3e-4
 
 
-@pytest.mark.parametrize("case", EMU_CASES, ids=lambda c: f"{c[0]}-G{c[1]}-{np.dtype(c[2]).name if c[2] != 'bf16' else 'bf16'}"
-                         f"-{'nhwc' if c[3] else 'nchw'}{'-affine' if c[4] else ''}{'-silu' if c[5] else ''}-sm{c[6]}")
+@pytest.mark.parametrize(
+    "case",
+    EMU_CASES,
+    ids=lambda c: (
+        f"{c[0]}-G{c[1]}-{np.dtype(c[2]).name if c[2] != 'bf16' else 'bf16'}"
+        f"-{'nhwc' if c[3] else 'nchw'}{'-affine' if c[4] else ''}{'-silu' if c[5] else ''}-sm{c[6]}"
+    ),
+)
 def test_emulated_kernels_match_the_oracle(case):
     shape, G, dtype, cl, affine, silu, sms = case
     rng = np.random.default_rng(7)
@@ -750,8 +786,9 @@ def test_device_offset_1e4(cl):
     _require_gpu()
     rng = np.random.default_rng(2)
     x, dy, w, b = _make((2, 320, 64, 64), np.float32, cl, True, rng, offset=1e4)
-    y, mean, rstd = numr_web.ops.group_norm_forward(numr_web.to_device(x, "cuda"), numr_web.to_device(w, "cuda"),
-                                                    numr_web.to_device(b, "cuda"), 32, 1e-5)
+    y, mean, rstd = numr_web.ops.group_norm_forward(
+        numr_web.to_device(x, "cuda"), numr_web.to_device(w, "cuda"), numr_web.to_device(b, "cuda"), 32, 1e-5
+    )
     y_ref, _, _ = oracle_forward(x, 32, w, b, 1e-5)
     assert rel_err(numr_web.to_numpy(y), y_ref) < 2e-5
 
@@ -818,12 +855,16 @@ def test_device_autograd_and_double_backward():
     h = 1e-6
     e = np.zeros(shape)
     e[1, 3, 2, 4] = 1
-    fd = ((oracle_backward(dy + h * e, x, G, w, b)[0] * v).sum() - (oracle_backward(dy - h * e, x, G, w, b)[0] * v).sum()) / (2 * h)
+    fd = (
+        (oracle_backward(dy + h * e, x, G, w, b)[0] * v).sum() - (oracle_backward(dy - h * e, x, G, w, b)[0] * v).sum()
+    ) / (2 * h)
     assert abs(float(numr_web.to_numpy(ddy)[1, 3, 2, 4]) - fd) < 1e-6 * max(1, abs(fd))
     e = np.zeros(shape)
     e[0, 1, 1, 2] = 1
     h = 1e-5
-    fd = ((oracle_backward(dy, x + h * e, G, w, b)[0] * v).sum() - (oracle_backward(dy, x - h * e, G, w, b)[0] * v).sum()) / (2 * h)
+    fd = (
+        (oracle_backward(dy, x + h * e, G, w, b)[0] * v).sum() - (oracle_backward(dy, x - h * e, G, w, b)[0] * v).sum()
+    ) / (2 * h)
     assert abs(float(numr_web.to_numpy(ddx)[0, 1, 1, 2]) - fd) < 1e-5 * max(1, abs(fd))
 
 
@@ -985,8 +1026,10 @@ def _host_wrappers():
     for name in cupy_.all_name_expressions():
         ident = "host_" + re.sub(r"\W+", "_", name).strip("_")
         ids[name] = ident
-        lines.append(f'extern "C" void {ident}(unsigned int grid, void** a) '
-                     f'{{ numr_launch(grid, [&] {{ numr_invoke(&{name}, a); }}); }}')
+        lines.append(
+            f'extern "C" void {ident}(unsigned int grid, void** a) '
+            f"{{ numr_launch(grid, [&] {{ numr_invoke(&{name}, a); }}); }}"
+        )
         lines.append(f'extern "C" void {ident}_sig(char* out) {{ numr_signature(&{name}, out); }}')
     return "\n".join(lines) + "\n", ids
 
@@ -1004,9 +1047,27 @@ def host_kernels(tmp_path_factory):
     src, ids = _host_wrappers()
     (d / "wrappers.cpp").write_text(src)
     lib = d / "libgn_host.so"
-    proc = subprocess.run([gxx, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-DNUMR_WEB_HOST_EMULATION",
-                           "-include", str(d / "shim.h"), "-x", "c++", str(d / "wrappers.cpp"), "-o", str(lib)],
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            gxx,
+            "-std=c++20",
+            "-O1",
+            "-shared",
+            "-fPIC",
+            "-pthread",
+            "-DNUMR_WEB_HOST_EMULATION",
+            "-include",
+            str(d / "shim.h"),
+            "-x",
+            "c++",
+            str(d / "wrappers.cpp"),
+            "-o",
+            str(lib),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     dll = ctypes.CDLL(str(lib))
     sigs = {}
@@ -1105,8 +1166,14 @@ HOST_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", HOST_CASES, ids=lambda c: f"{c[0]}-G{c[1]}-{c[2] if c[2] == 'bf16' else np.dtype(c[2]).name}"
-                         f"-{'nhwc' if c[3] else 'nchw'}{'-affine' if c[4] else ''}{'-silu' if c[5] else ''}")
+@pytest.mark.parametrize(
+    "case",
+    HOST_CASES,
+    ids=lambda c: (
+        f"{c[0]}-G{c[1]}-{c[2] if c[2] == 'bf16' else np.dtype(c[2]).name}"
+        f"-{'nhwc' if c[3] else 'nchw'}{'-affine' if c[4] else ''}{'-silu' if c[5] else ''}"
+    ),
+)
 def test_host_built_kernels_match_the_oracle(host_kernels, case):
     shape, G, dtype, cl, affine, silu, sms = case
     be = HostBackend(host_kernels, sms)
@@ -1145,9 +1212,19 @@ def test_host_built_kernels_match_the_oracle(host_kernels, case):
 
 
 def test_host_cases_cover_fused_and_split_forwards():
-    plans = [cupy_.plan_forward(c[0][0], c[0][1], int(np.prod(c[0][2:], dtype=np.int64)), c[1],
-                                "nhwc" if c[3] else "nchw", 2 if c[2] == "bf16" else np.dtype(c[2]).itemsize, True, c[6])
-             for c in HOST_CASES]
+    plans = [
+        cupy_.plan_forward(
+            c[0][0],
+            c[0][1],
+            int(np.prod(c[0][2:], dtype=np.int64)),
+            c[1],
+            "nhwc" if c[3] else "nchw",
+            2 if c[2] == "bf16" else np.dtype(c[2]).itemsize,
+            True,
+            c[6],
+        )
+        for c in HOST_CASES
+    ]
     assert any(p.fused and p.stats_vec > 1 for p in plans) and any(p.fused and p.stats_vec == 1 for p in plans)
     assert any(not p.fused and p.splits > 1 for p in plans) and any(not p.fused and p.splits == 1 for p in plans)
 

@@ -1,4 +1,5 @@
 """Bad input gets a clear error naming the argument and what was expected."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,15 +18,17 @@ def fwd(**kw):
     args = dict(x=X, weight=W, bias=W, num_groups=4, eps=1e-5)
     args.update(kw)
     act = args.pop("activation", None)
-    return numr_web.ops.group_norm_forward(args["x"], args["weight"], args["bias"], args["num_groups"], args["eps"],
-                                           activation=act)
+    return numr_web.ops.group_norm_forward(
+        args["x"], args["weight"], args["bias"], args["num_groups"], args["eps"], activation=act
+    )
 
 
 def bwd(**kw):
     args = dict(dy=X, x=X, mean=MEAN, rstd=RSTD, weight=W, num_groups=4)
     args.update(kw)
-    return numr_web.ops.group_norm_backward(args["dy"], args["x"], args["mean"], args["rstd"], args["weight"],
-                                            args["num_groups"])
+    return numr_web.ops.group_norm_backward(
+        args["dy"], args["x"], args["mean"], args["rstd"], args["weight"], args["num_groups"]
+    )
 
 
 # (call, exception type, words the message must contain)
@@ -57,8 +60,11 @@ ERROR_TABLE = {
     "backward num_groups": (lambda: bwd(num_groups=5), ShapeMismatch, ["num_groups", "divisible"]),
     "to_device unknown": (lambda: numr_web.to_device(X, "tpu"), ValueError, ["device", "cpu", "webgpu", "tpu"]),
     "group_norm public": (lambda: numr_web.group_norm(X, 3), ShapeMismatch, ["num_groups", "divisible"]),
-    "grad seed missing": (lambda: numr_web.Tensor(X, requires_grad=True).reshape(-1).__mul__(2).backward(),
-                          RuntimeError, ["single-element"]),
+    "grad seed missing": (
+        lambda: numr_web.Tensor(X, requires_grad=True).reshape(-1).__mul__(2).backward(),
+        RuntimeError,
+        ["single-element"],
+    ),
 }
 
 
@@ -111,16 +117,18 @@ def test_bad_input_on_every_device(runner, case):
     args.update(kw)
     act = args.pop("activation", None)
     with pytest.raises(exc) as info:
-        numr_web.ops.group_norm_forward(args["x"], args["weight"], args["bias"], args["num_groups"], args["eps"],
-                                        activation=act)
+        numr_web.ops.group_norm_forward(
+            args["x"], args["weight"], args["bias"], args["num_groups"], args["eps"], activation=act
+        )
     for w in words:
         assert w in str(info.value)
 
 
 def test_backward_stats_shape_on_every_device(runner):
     with pytest.raises(ShapeMismatch, match="mean"):
-        numr_web.ops.group_norm_backward(runner.put(X), runner.put(X), runner.put(np.zeros((2, 3), np.float32)),
-                                         runner.put(RSTD), runner.put(W), 4)
+        numr_web.ops.group_norm_backward(
+            runner.put(X), runner.put(X), runner.put(np.zeros((2, 3), np.float32)), runner.put(RSTD), runner.put(W), 4
+        )
 
 
 @pytest.mark.parametrize("target", ["webgpu", "cuda"])

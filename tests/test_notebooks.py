@@ -1,4 +1,5 @@
 """The notebooks' code cells run top to bottom and their own assertions hold."""
+
 from __future__ import annotations
 
 import json

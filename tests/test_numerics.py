@@ -1,13 +1,16 @@
 """Hard cases: large offsets on both layouts, float16 overflow, NaN isolation, empty batch, layouts."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from oracle import backward as ref_backward
+from oracle import channels_last, rel_err
+from oracle import forward as ref_forward
 
 import numr_web
-from numr_web.layout import BFLOAT16, memory_layout
-from oracle import backward as ref_backward
-from oracle import channels_last, forward as ref_forward, rel_err
+from numr_web.dtypes import BFLOAT16
+from numr_web.memory_layout import memory_layout
 
 
 def _layout(a):
@@ -182,8 +185,7 @@ def test_backward_long_and_short_rows(runner, rng, shape, groups, zero_weight):
     if zero_weight:
         w[3] = 0.0
     y, mean, rstd = numr_web.ops.group_norm_forward(runner.put(x), runner.put(w), None, groups, 1e-5)
-    dx, dw, db = numr_web.ops.group_norm_backward(runner.put(dy), runner.put(x), mean, rstd, runner.put(w),
-                                                  groups)
+    dx, dw, db = numr_web.ops.group_norm_backward(runner.put(dy), runner.put(x), mean, rstd, runner.put(w), groups)
     dxr, dwr, dbr = ref_backward(dy, x, groups, w)
     assert rel_err(runner.get(dx), dxr) < 1e-5
     assert rel_err(runner.get(dw), dwr) < 1e-5
@@ -195,11 +197,15 @@ def test_float16_store_rounds_subnormals_like_numpy(rng):
     # (NumPy's own conversion of those is ~30x slower); the bits must equal NumPy's conversion.
     from numr_web.backends.numpy_ import store
 
-    t = np.concatenate([
-        rng.standard_normal(20000) * 1e-6, rng.standard_normal(2000) * 1e-8,
-        rng.standard_normal(2000), np.arange(-300, 300) * 2.0 ** -25,  # exact ties
-        [0.0, -0.0, 2.0 ** -14, -(2.0 ** -14), 2.0 ** -24, 2.0 ** -25, -(2.0 ** -25), 6e4, 7e4, np.inf, np.nan],
-    ]).astype(np.float32)
+    t = np.concatenate(
+        [
+            rng.standard_normal(20000) * 1e-6,
+            rng.standard_normal(2000) * 1e-8,
+            rng.standard_normal(2000),
+            np.arange(-300, 300) * 2.0**-25,  # exact ties
+            [0.0, -0.0, 2.0**-14, -(2.0**-14), 2.0**-24, 2.0**-25, -(2.0**-25), 6e4, 7e4, np.inf, np.nan],
+        ]
+    ).astype(np.float32)
     with np.errstate(over="ignore"):  # 7e4 overflows float16 to inf on both sides
         expected = t.astype(np.float16)
         got = np.empty(t.shape, np.float16)
@@ -215,7 +221,7 @@ def test_float16_backward_with_tiny_gradients(cpu_runner, rng):
     dx, _, _ = numr_web.ops.group_norm_backward(dy, x, mean, rstd, w, 4)
     dxr = ref_backward(dy, x, 4, w)[0]
     # float16 subnormals carry an absolute error of up to 2**-25
-    assert np.max(np.abs(dx.astype(np.float64) - dxr)) <= 2.0 ** -25 + 2e-3 * np.abs(dxr).max()
+    assert np.max(np.abs(dx.astype(np.float64) - dxr)) <= 2.0**-25 + 2e-3 * np.abs(dxr).max()
 
 
 @pytest.mark.parametrize("x_layout, dy_layout", [("nhwc", "nchw"), ("nchw", "nhwc")])
@@ -255,8 +261,9 @@ def test_channels_last_sums_over_many_rows_stay_exact(runner, rng, channels):
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 # WebGPU paths: one workgroup per group with dx in it (NCHW) or the channels-last block kernel
 # (first two); dx in a separate elementwise kernel (third, and the fourth's NCHW)
-@pytest.mark.parametrize("shape, groups", [((2, 64, 16, 16), 32), ((1, 4, 16, 16), 1), ((2, 6, 10, 10), 3),
-                                           ((3, 8, 5), 2)])
+@pytest.mark.parametrize(
+    "shape, groups", [((2, 64, 16, 16), 32), ((1, 4, 16, 16), 1), ((2, 6, 10, 10), 3), ((3, 8, 5), 2)]
+)
 def test_silu_backward_at_large_offset(runner, rng, layout, shape, groups):
     # The backward rebuilds SiLU's input z from the saved float32 mean; at offset 1e4 that mean is
     # off by up to 5e-4, and so z.  The CPU paths and WebGPU restore the mean's low part first.
@@ -270,8 +277,9 @@ def test_silu_backward_at_large_offset(runner, rng, layout, shape, groups):
     put = runner.put
     y, mean, rstd = numr_web.ops.group_norm_forward(put(x), put(w), put(b), groups, activation="silu")
     assert rel_err(runner.get(y), ref_forward(x, groups, w, b, activation="silu")[0]) < 3e-6
-    dx, dw, db = numr_web.ops.group_norm_backward(put(dy), put(x), mean, rstd, put(w), groups, bias=put(b),
-                                                  activation="silu")
+    dx, dw, db = numr_web.ops.group_norm_backward(
+        put(dy), put(x), mean, rstd, put(w), groups, bias=put(b), activation="silu"
+    )
     dxr, dwr, dbr = ref_backward(dy, x, groups, w, b, activation="silu")
     # CUDA does not restore it yet (README, Numerics; never run on a GPU here): its expected bound
     bound = 2e-3 if runner.target.startswith("cuda") else 3e-6

@@ -1,19 +1,26 @@
 """Property tests: random shapes, groups, layouts and dtypes against the float64 oracle; gradcheck."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from oracle import backward as ref_backward
+from oracle import channels_last, rel_err
+from oracle import forward as ref_forward
 
 import numr_web
 from numr_web.autograd import gradcheck, gradgradcheck
-from numr_web.layout import BFLOAT16, as_channels_last, is_dense_channels_last, memory_layout
-from oracle import backward as ref_backward
-from oracle import channels_last, forward as ref_forward, rel_err
+from numr_web.dtypes import BFLOAT16
+from numr_web.memory_layout import as_channels_last, is_dense_channels_last, memory_layout
 
-DTYPES = {"float16": (np.float16, 1.5e-2, 2e-2), "bfloat16": (BFLOAT16, 4e-2, 6e-2),
-          "float32": (np.float32, 1e-5, 5e-5), "float64": (np.float64, 1e-10, 1e-9)}
+DTYPES = {
+    "float16": (np.float16, 1.5e-2, 2e-2),
+    "bfloat16": (BFLOAT16, 4e-2, 6e-2),
+    "float32": (np.float32, 1e-5, 5e-5),
+    "float64": (np.float64, 1e-10, 1e-9),
+}
 
 
 @st.composite
@@ -58,8 +65,9 @@ def test_forward_and_backward_match_oracle(cpu_runner, problem):
     dxr, dwr, dbr = ref_backward(dy, x, groups, w, b, activation=act)
     # dx is a difference of terms of size rstd * |w * dy|: rounding is relative to that, which is far
     # above max |dx| when a group is (nearly) constant and the exact dx is ~0
-    natural = np.abs(rr).max(initial=0) * np.abs(dy.astype(np.float64)).max(initial=0) * (
-        np.abs(w).max() if affine else 1.0)
+    natural = (
+        np.abs(rr).max(initial=0) * np.abs(dy.astype(np.float64)).max(initial=0) * (np.abs(w).max() if affine else 1.0)
+    )
     err = np.abs(dx.astype(np.float64) - dxr).max(initial=0) / max(1.0, np.abs(dxr).max(initial=0), natural)
     assert err < tol_dx * (10 if offset >= 1e3 and dt != np.float64 else 1)
     if affine:
@@ -84,8 +92,10 @@ def _inputs(shape, groups, affine, seed, layout="nchw"):
         x = channels_last(x)
     ts = [numr_web.Tensor(x, requires_grad=True)]
     if affine:
-        ts += [numr_web.Tensor(rng.standard_normal(shape[1]), requires_grad=True),
-               numr_web.Tensor(rng.standard_normal(shape[1]), requires_grad=True)]
+        ts += [
+            numr_web.Tensor(rng.standard_normal(shape[1]), requires_grad=True),
+            numr_web.Tensor(rng.standard_normal(shape[1]), requires_grad=True),
+        ]
     return ts
 
 
@@ -106,8 +116,9 @@ def test_gradcheck_second_order(problem):
     if np.prod(shape[2:], dtype=int) * (shape[1] // groups) < 2:
         return
     inputs = _inputs(shape, groups, affine, seed)
-    assert gradgradcheck(lambda *t: numr_web.group_norm(t[0], groups, *t[1:], eps=1e-3, activation=act), inputs,
-                         atol=1e-4)
+    assert gradgradcheck(
+        lambda *t: numr_web.group_norm(t[0], groups, *t[1:], eps=1e-3, activation=act), inputs, atol=1e-4
+    )
 
 
 def test_double_backward_includes_upstream_gradient():

@@ -1,4 +1,5 @@
 """The README's Python example runs as written (WebGPU included: lavapipe in CI)."""
+
 from __future__ import annotations
 
 import pathlib

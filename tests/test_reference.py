@@ -1,14 +1,15 @@
 """The reference cases (PyTorch 2.13 in float64, tests/data) through the public API, on every backend."""
+
 from __future__ import annotations
 
 import pathlib
 
 import numpy as np
 import pytest
+from oracle import channels_last, rel_err
 
 import numr_web
-from numr_web.layout import BFLOAT16
-from oracle import channels_last, rel_err
+from numr_web.dtypes import BFLOAT16
 
 DATA = pathlib.Path(__file__).parent / "data" / "group_norm_cases.npz"
 
@@ -63,7 +64,8 @@ def test_forward_matches_reference(runner, name):
     c = _case(name)
     tol, _ = tolerances(c)
     y, mean, rstd = numr_web.ops.group_norm_forward(
-        runner.put(c["x"]), runner.put(c.get("w")), runner.put(c.get("b")), c["G"], c["eps"], activation=c["act"])
+        runner.put(c["x"]), runner.put(c.get("w")), runner.put(c.get("b")), c["G"], c["eps"], activation=c["act"]
+    )
     y = runner.get(y)
     assert y.dtype == c["x"].dtype
     assert rel_err(y, c["y"]) < tol

@@ -1,4 +1,5 @@
 """The measurement scripts behind docs/cpu.md run and print the rows they promise."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -24,8 +25,11 @@ def test_channels_last_loops_prints_every_form():
     lines = out.stdout.splitlines()
     shapes = [line for line in lines if re.match(r"\(\d+, \d+, \d+\) ", line)]
     assert len(shapes) == 3, out.stdout
-    forms = [f"{loop}, {tiles}" for loop in ("3-D index, 2 rows/load", "3-D index", "row views")
-             for tiles in ("tiles +32 B", "tiles aligned")]
+    forms = [
+        f"{loop}, {tiles}"
+        for loop in ("3-D index, 2 rows/load", "3-D index", "row views")
+        for tiles in ("tiles +32 B", "tiles aligned")
+    ]
     forms += ["scalar coefficients (NCHW-like)", "copy of x"]
     for form in forms:
         rows = [line for line in lines if line.strip().startswith(form + " ")]
@@ -78,8 +82,11 @@ def test_two_pass_floor_prints_the_three_timings():
             m = re.fullmatch(r"\s+(.+?)\s+(" + NUMBER + r") ms\s+1\.5\*copy/time\s+(" + NUMBER + ")", line)
             assert m, line
             rows[m.group(1)] = (float(m.group(2)), float(m.group(3)))
-        assert set(rows) == {"copy of x (NumPy, 1 thread)", "bare two passes (sum dy*x; dx = dy + x)",
-                             "fused channels-last backward"}, out.stdout
+        assert set(rows) == {
+            "copy of x (NumPy, 1 thread)",
+            "bare two passes (sum dy*x; dx = dy + x)",
+            "fused channels-last backward",
+        }, out.stdout
         assert rows["copy of x (NumPy, 1 thread)"][1] == 1.5
         assert all(ms > 0 and ratio > 0 for ms, ratio in rows.values()), out.stdout
 
@@ -97,8 +104,10 @@ def test_process_spread_prints_each_process_and_the_range():
     for r in rows:
         assert len(r) == 6 and all(float(v) > 0 for v in r[1:]), r
     fwd = [float(r[4]) for r in rows]
-    m = re.search(r"forward (" + NUMBER + ") to (" + NUMBER + r") of the copy, backward (" + NUMBER + ") to ("
-                  + NUMBER + ")", out.stdout)
+    m = re.search(
+        r"forward (" + NUMBER + ") to (" + NUMBER + r") of the copy, backward (" + NUMBER + ") to (" + NUMBER + ")",
+        out.stdout,
+    )
     assert m and float(m.group(1)) == min(fwd) and float(m.group(2)) == max(fwd), out.stdout
 
 
@@ -121,8 +130,7 @@ def test_numpy_loops_prints_its_three_tables():
 
 
 def test_numpy_floor_prints_path_floor_and_torch_where_installed():
-    out = _run("numpy-floor", "--shapes", "2,32,8,8,8;1,16,32,32,4", "--layout", "nhwc", "--rounds", "2",
-               "--runs", "2")
+    out = _run("numpy-floor", "--shapes", "2,32,8,8,8;1,16,32,32,4", "--layout", "nhwc", "--rounds", "2", "--runs", "2")
     assert out.returncode == 0, out.stderr
     has_torch = importlib.util.find_spec("torch") is not None
     table, ranges = out.stdout.split("ranges over the 2 runs")

@@ -1,15 +1,17 @@
 """WebGPUArray: NumPy-free transfers and the on-device arithmetic autograd uses, against NumPy."""
+
 from __future__ import annotations
 
 import array
 
 import numpy as np
 import pytest
-
-import numr_web
-from numr_web.layout import BFLOAT16, memory_layout
 from oracle import rel_err
 from webgpu_support import nhwc, wg  # noqa: F401
+
+import numr_web
+from numr_web.dtypes import BFLOAT16
+from numr_web.memory_layout import memory_layout
 
 
 def test_from_buffer_and_tobytes_need_no_numpy(wg):
@@ -96,7 +98,7 @@ def test_unary_and_power(wg, rng):
     for p in (2, 3, 0, 1, -1, 0.5, 2.5):
         with np.errstate(invalid="ignore", divide="ignore"):
             ref = np.power(a.astype(np.float64), p)
-            got = wg.to_numpy(d ** p)
+            got = wg.to_numpy(d**p)
         assert rel_err(got, ref) < 2e-6, p
     pos = np.abs(a) + 0.1
     assert rel_err(wg.to_numpy(2.0 ** wg.from_numpy(pos)), 2.0 ** pos.astype(np.float64)) < 2e-6
@@ -162,8 +164,12 @@ def test_reshape_astype_copy_full_like(wg, rng):
 
 
 def test_bfloat16_rounding_matches_ml_dtypes(wg, rng):
-    a = np.concatenate([rng.standard_normal(1000) * 10.0 ** rng.integers(-30, 30, 1000),
-                        [np.inf, -np.inf, np.nan, 0.0, -0.0, 3.3895314e38]]).astype(np.float32)
+    a = np.concatenate(
+        [
+            rng.standard_normal(1000) * 10.0 ** rng.integers(-30, 30, 1000),
+            [np.inf, -np.inf, np.nan, 0.0, -0.0, 3.3895314e38],
+        ]
+    ).astype(np.float32)
     got = wg.to_numpy(wg.from_numpy(a).astype(BFLOAT16))
     ref = a.astype(BFLOAT16)
     assert np.array_equal(np.isnan(got.astype(np.float32)), np.isnan(ref.astype(np.float32)))
@@ -174,8 +180,9 @@ def test_bfloat16_rounding_matches_ml_dtypes(wg, rng):
 def test_float16_conversion_matches_numpy(f16_mode_any, rng):
     from numr_web.backends.webgpu import BACKEND
 
-    a = np.concatenate([rng.standard_normal(2000) * 10.0 ** rng.integers(-6, 5, 2000),
-                        [65504.0, 1e-8, -0.0]]).astype(np.float32)
+    a = np.concatenate([rng.standard_normal(2000) * 10.0 ** rng.integers(-6, 5, 2000), [65504.0, 1e-8, -0.0]]).astype(
+        np.float32
+    )
     got = BACKEND.to_numpy(BACKEND.from_numpy(a).astype(np.float16))
     ref = a.astype(np.float16)
     # WGSL lets f32 -> f16 round either way; allow one unit in the last place.

@@ -1,14 +1,15 @@
 """numr_web.Tensor over WebGPU arrays: forward, backward and .grad stay on the device."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
-import numr_web
 from oracle import backward as ref_backward
 from oracle import forward as ref_forward
 from oracle import rel_err
 from webgpu_support import nhwc, wg  # noqa: F401
+
+import numr_web
 
 
 @pytest.fixture
@@ -82,8 +83,9 @@ def test_broadcasting_ops_have_correct_gradients(wg, rng):
 
 
 def test_double_backward_names_the_backends_that_have_it(wg, rng):
-    x = numr_web.Tensor(numr_web.to_device(rng.standard_normal((2, 8, 4, 4)).astype(np.float32), "webgpu"),
-                        requires_grad=True)
+    x = numr_web.Tensor(
+        numr_web.to_device(rng.standard_normal((2, 8, 4, 4)).astype(np.float32), "webgpu"), requires_grad=True
+    )
     y = numr_web.group_norm(x, 2)
     with pytest.raises(NotImplementedError) as info:
         numr_web.autograd.grad([(y * y).sum()], [x], create_graph=True)

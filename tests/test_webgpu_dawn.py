@@ -14,6 +14,7 @@ under CI=true, where .ci/run installs them and their absence fails.  (Running
 the kernels there too was tried: dawn.node aborted in SwiftShader's thread pool
 on this machine, so only compilation is checked.)
 """
+
 from __future__ import annotations
 
 import json
@@ -21,11 +22,9 @@ import os
 import pathlib
 import shutil
 import subprocess
-import types
 
 import numpy as np
 import pytest
-
 from webgpu_support import nhwc, wg  # noqa: F401
 
 HERE = pathlib.Path(__file__).parent / "dawn"
@@ -36,8 +35,7 @@ def _dawn_env():
     node = shutil.which("node")
     icd = next((p for p in ICD_CANDIDATES if p and os.path.exists(p)), None)
     if node is None or icd is None or not (HERE / "node_modules" / "webgpu").is_dir():
-        msg = ("Dawn check needs node, `npm ci --prefix tests/dawn` and SwiftShader's ICD "
-               "(apt-get install chromium)")
+        msg = "Dawn check needs node, `npm ci --prefix tests/dawn` and SwiftShader's ICD (apt-get install chromium)"
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(msg + "; .ci/run installs them, so they are required under CI=true")
         pytest.skip(msg)
@@ -55,20 +53,24 @@ class Recorder:
                 setattr(self, name, getattr(inner, name))
 
     def create_pipeline(self, dev, code, entry, kinds):
-        self.variants[(code, entry)] = {"name": f"v{len(self.variants)}", "code": code, "entry": entry,
-                                        "kinds": kinds}
+        self.variants[(code, entry)] = {"name": f"v{len(self.variants)}", "code": code, "entry": entry, "kinds": kinds}
         return self.inner.create_pipeline(dev, code, entry, kinds)
 
 
 def _scenarios(be, rng):
     from numr_web.backends.webgpu import device, ops
-    from numr_web.layout import BFLOAT16
+    from numr_web.dtypes import BFLOAT16
 
     ctx = device.context()
     for shapes in ("cpu", "gpu"):
         ctx.cpu_adapter = shapes == "cpu"
-        cases = [((2, 16, 8, 8), 4, "nchw"), ((2, 12, 5, 5), 4, "nchw"), ((2, 16, 6, 6), 4, "nhwc"),
-                 ((2, 6, 5, 3), 3, "nhwc"), ((3, 10), 5, "nchw")]
+        cases = [
+            ((2, 16, 8, 8), 4, "nchw"),
+            ((2, 12, 5, 5), 4, "nchw"),
+            ((2, 16, 6, 6), 4, "nhwc"),
+            ((2, 6, 5, 3), 3, "nhwc"),
+            ((3, 10), 5, "nchw"),
+        ]
         for dtype in (np.float32, np.float16, BFLOAT16):
             for shape, G, layout in cases:
                 for act in (None, "silu"):
@@ -82,8 +84,16 @@ def _scenarios(be, rng):
                         be.group_norm_backward(xd, xd, m, r, w, w, G, act)
             a = be.from_numpy(rng.standard_normal((3, 4, 5)).astype(dtype))
             b = be.from_numpy(rng.uniform(1, 2, (4, 1)).astype(dtype))
-            _ = (((a + b) * 2.0 - a / b) ** 2 + (-a) + 2.0 ** a, a.sum(axis=(0, 2)), a.mean(),
-                 a.astype(np.float32), a.astype(BFLOAT16), a.astype(np.float16), be.full_like(a, 1.0), a + a)
+            _ = (
+                ((a + b) * 2.0 - a / b) ** 2 + (-a) + 2.0**a,
+                a.sum(axis=(0, 2)),
+                a.mean(),
+                a.astype(np.float32),
+                a.astype(BFLOAT16),
+                a.astype(np.float16),
+                be.full_like(a, 1.0),
+                a + a,
+            )
     big = be.from_numpy(rng.standard_normal(300_000).astype(np.float32))
     big.sum()
     for v in ops.COPY_VARIANTS:
@@ -102,8 +112,9 @@ def test_every_wgsl_variant_compiles_on_dawn(wg, tmp_path):
         configure()
     path = tmp_path / "variants.json"
     path.write_text(json.dumps(list(rec.variants.values())))
-    out = subprocess.run([node, str(HERE / "compile.mjs"), str(path)], capture_output=True, text=True,
-                         timeout=300, env=env, cwd=HERE)
+    out = subprocess.run(
+        [node, str(HERE / "compile.mjs"), str(path)], capture_output=True, text=True, timeout=300, env=env, cwd=HERE
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert "swiftshader" in result["adapter"].lower(), result["adapter"]

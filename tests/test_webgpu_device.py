@@ -1,4 +1,5 @@
 """The WebGPU device layer: pipelines, pooled memory, missing and lost devices, chunking, timing."""
+
 from __future__ import annotations
 
 import gc
@@ -9,13 +10,13 @@ import textwrap
 
 import numpy as np
 import pytest
-
-import numr_web
-from numr_web.errors import BackendUnavailable
 from oracle import backward as ref_backward
 from oracle import forward as ref_forward
 from oracle import rel_err
 from webgpu_support import nhwc, wg  # noqa: F401
+
+import numr_web
+from numr_web.errors import BackendUnavailable
 
 
 def test_pipelines_are_compiled_once_per_variant(wg, rng):
@@ -88,8 +89,13 @@ def test_without_wgpu_the_import_still_works_and_says_how_to_fix():
         except numr_web.errors.BackendUnavailable as exc:
             print("OK", exc)
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("OK")
 
@@ -107,22 +113,30 @@ def test_lost_device_is_replaced_on_the_next_call(wg, rng):
     x = rng.standard_normal((2, 8, 4, 4)).astype(np.float32)
     old = wg.from_numpy(x)
     ctx = device.context()
-    ctx.transport.lose_device(ctx.dev)          # what a driver reset does
+    ctx.transport.lose_device(ctx.dev)  # what a driver reset does
     with pytest.raises(BackendUnavailable, match="lost"):
         wg.group_norm_forward(old, None, None, 4, 1e-5)
-    fresh = wg.from_numpy(x)                     # the next call gets a new device
+    fresh = wg.from_numpy(x)  # the next call gets a new device
     assert device.context() is not ctx and device.context().generation > ctx.generation
     y, _, _ = wg.group_norm_forward(fresh, None, None, 4, 1e-5)
     assert rel_err(wg.to_numpy(y), ref_forward(x, 4)[0]) < 2e-6
     with pytest.raises(BackendUnavailable, match="lost"):
-        wg.to_numpy(old)                         # arrays of the old device say so
+        wg.to_numpy(old)  # arrays of the old device say so
 
 
 def test_info_lists_adapter_features_and_limits(wg):
     info = wg.info()
     assert info["available"] is True
-    for key in ("adapter", "backend", "adapter type", "features (adapter)", "max-storage-buffer-binding-size",
-                "max-buffer-size", "float16 storage", "transport"):
+    for key in (
+        "adapter",
+        "backend",
+        "adapter type",
+        "features (adapter)",
+        "max-storage-buffer-binding-size",
+        "max-buffer-size",
+        "float16 storage",
+        "transport",
+    ):
         assert key in info, key
     assert info["max-storage-buffer-binding-size"] >= 128 << 20
 

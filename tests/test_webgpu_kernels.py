@@ -1,14 +1,16 @@
 """WGSL GroupNorm kernels against the float64 formula (tests/oracle.py), on the WebGPU adapter."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from numr_web.layout import BFLOAT16, memory_layout
 from oracle import backward as ref_backward
 from oracle import forward as ref_forward
 from oracle import rel_err
 from webgpu_support import f16_mode, nhwc, wg, work_shapes  # noqa: F401  (fixtures)
+
+from numr_web.dtypes import BFLOAT16
+from numr_web.memory_layout import memory_layout
 
 TOL = {np.dtype(np.float32): (2e-6, 5e-6), np.dtype(np.float16): (1.5e-3, 2e-3), BFLOAT16: (1e-2, 1.5e-2)}
 
@@ -43,8 +45,19 @@ def _run(wg, rng, shape, G, layout, dtype, affine=True, silu=False, offset=0.0, 
     assert mean.shape == rstd.shape == (shape[0], G) and mean.dtype == rstd.dtype == np.float32
     dx, dw, db = wg.group_norm_backward(wg.from_numpy(dy), xd, mean, rstd, wd, bd, G, act)
     assert dx.dtype == x.dtype and dx.strides == xd.strides
-    out = dict(x=x, dy=dy, w=w, b=b, act=act, y=wg.to_numpy(y), mean=wg.to_numpy(mean), rstd=wg.to_numpy(rstd),
-               dx=wg.to_numpy(dx), dw=None if dw is None else wg.to_numpy(dw), db=None if db is None else wg.to_numpy(db))
+    out = dict(
+        x=x,
+        dy=dy,
+        w=w,
+        b=b,
+        act=act,
+        y=wg.to_numpy(y),
+        mean=wg.to_numpy(mean),
+        rstd=wg.to_numpy(rstd),
+        dx=wg.to_numpy(dx),
+        dw=None if dw is None else wg.to_numpy(dw),
+        db=None if db is None else wg.to_numpy(db),
+    )
     if affine:
         assert out["dw"].dtype == np.dtype(w_dtype) and out["db"].dtype == np.dtype(w_dtype)
     else:
@@ -161,8 +174,7 @@ def test_nan_stays_in_its_group(wg, rng, layout, shape):
     assert np.all(np.isnan(mean[bad])) and np.all(np.isfinite(mean[~bad]))
     yg = y.reshape(2, 4, -1)
     assert np.all(np.isnan(yg[bad])) and np.all(np.isfinite(yg[~bad]))
-    dx, _, _ = wg.group_norm_backward(wg.from_numpy(np.ones_like(x)), xd, wg.from_numpy(mean),
-                                      rstd, None, None, 4)
+    dx, _, _ = wg.group_norm_backward(wg.from_numpy(np.ones_like(x)), xd, wg.from_numpy(mean), rstd, None, None, 4)
     dxg = wg.to_numpy(dx).reshape(2, 4, -1)
     assert np.all(np.isfinite(dxg[~bad]))
 

@@ -1,9 +1,9 @@
 """Helpers shared by the tests/test_webgpu_*.py files."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import require_target
 
 

@@ -1,4 +1,5 @@
 """The graph walk: reverse topological order, gradient accumulation, ``grad``."""
+
 from __future__ import annotations
 
 import numbers
@@ -93,7 +94,7 @@ def run_backward(outputs, grads, *, create_graph=False, inputs=None):
                 _accumulate(store, keep, inp, ig if create_graph else ig.detach())
 
     if wanted is not None:
-        for key, t in wanted.items():
+        for key in wanted:
             if key not in captured and key in store:
                 captured[key] = store[key]
         return captured
@@ -137,4 +138,3 @@ def grad(outputs, inputs, grad_outputs=None, create_graph: bool = False, allow_u
             )
         result.append(g if (g is None or create_graph) else g.detach())
     return result
-

@@ -5,6 +5,7 @@ with ``Tensor`` operations.  Because the backward is itself made of recorded
 operations, running it with the graph enabled (``create_graph=True``) gives a
 graph of the gradient, and so gradients of gradients to any order.
 """
+
 from __future__ import annotations
 
 import contextlib

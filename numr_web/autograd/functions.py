@@ -4,16 +4,13 @@ Each backward is written with Tensor operations, so it is differentiable in
 turn.  Operands that are plain numbers reach ``forward`` as numbers and get no
 gradient.
 """
+
 from __future__ import annotations
 
 from numr_web.autograd.function import Function
 from numr_web.autograd.tensor import Tensor
 from numr_web.backends import backend_for
-from numr_web.schema import AmpPolicy, OpSchema, register
-
-
-def _schema(name, doc):
-    return register(OpSchema(name=name, version=1, amp_policy=AmpPolicy.PROMOTE, produces_grad=True, doc=doc))
+from numr_web.schema import schema as _schema
 
 
 def _xp(array, what):
@@ -31,9 +28,7 @@ def sum_to(g: Tensor, shape) -> Tensor:
     if g.shape == shape:
         return g
     lead = g.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1
-    )
+    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1)
     return g.sum(axis=axes, keepdims=True).reshape(shape)
 
 
@@ -42,7 +37,7 @@ def _grad_of(ctx, i):
 
 
 class Add(Function):
-    schema = _schema("add", "a + b with broadcasting")
+    schema = _schema("add")
 
     @staticmethod
     def forward(ctx, a, b):
@@ -51,12 +46,11 @@ class Add(Function):
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.inputs
-        return (sum_to(g, a.shape) if _grad_of(ctx, 0) else None,
-                sum_to(g, b.shape) if _grad_of(ctx, 1) else None)
+        return (sum_to(g, a.shape) if _grad_of(ctx, 0) else None, sum_to(g, b.shape) if _grad_of(ctx, 1) else None)
 
 
 class Sub(Function):
-    schema = _schema("sub", "a - b with broadcasting")
+    schema = _schema("sub")
 
     @staticmethod
     def forward(ctx, a, b):
@@ -65,12 +59,11 @@ class Sub(Function):
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.inputs
-        return (sum_to(g, a.shape) if _grad_of(ctx, 0) else None,
-                sum_to(-g, b.shape) if _grad_of(ctx, 1) else None)
+        return (sum_to(g, a.shape) if _grad_of(ctx, 0) else None, sum_to(-g, b.shape) if _grad_of(ctx, 1) else None)
 
 
 class Mul(Function):
-    schema = _schema("mul", "a * b with broadcasting")
+    schema = _schema("mul")
 
     @staticmethod
     def forward(ctx, a, b):
@@ -79,12 +72,14 @@ class Mul(Function):
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.inputs
-        return (sum_to(g * b, a.shape) if _grad_of(ctx, 0) else None,
-                sum_to(g * a, b.shape) if _grad_of(ctx, 1) else None)
+        return (
+            sum_to(g * b, a.shape) if _grad_of(ctx, 0) else None,
+            sum_to(g * a, b.shape) if _grad_of(ctx, 1) else None,
+        )
 
 
 class Div(Function):
-    schema = _schema("div", "a / b with broadcasting")
+    schema = _schema("div")
 
     @staticmethod
     def forward(ctx, a, b):
@@ -99,7 +94,7 @@ class Div(Function):
 
 
 class Neg(Function):
-    schema = _schema("neg", "-a")
+    schema = _schema("neg")
 
     @staticmethod
     def forward(ctx, a):
@@ -111,11 +106,11 @@ class Neg(Function):
 
 
 class PowScalar(Function):
-    schema = _schema("pow", "a ** p for a real number p")
+    schema = _schema("pow")
 
     @staticmethod
     def forward(ctx, a, p):
-        return a ** p
+        return a**p
 
     @staticmethod
     def backward(ctx, g):
@@ -126,7 +121,7 @@ class PowScalar(Function):
 
 
 class Sum(Function):
-    schema = _schema("sum", "sum over axes")
+    schema = _schema("sum")
 
     @staticmethod
     def forward(ctx, a, axes, keepdims):
@@ -140,7 +135,7 @@ class Sum(Function):
 
 
 class BroadcastTo(Function):
-    schema = _schema("broadcast_to", "broadcast a to the shape of a reference array")
+    schema = _schema("broadcast_to")
 
     @staticmethod
     def forward(ctx, a, like):
@@ -156,7 +151,7 @@ class BroadcastTo(Function):
 
 
 class Reshape(Function):
-    schema = _schema("reshape", "reshape")
+    schema = _schema("reshape")
 
     @staticmethod
     def forward(ctx, a, shape):
@@ -168,7 +163,7 @@ class Reshape(Function):
 
 
 class Cast(Function):
-    schema = _schema("cast", "change dtype")
+    schema = _schema("cast")
 
     @staticmethod
     def forward(ctx, a, dtype):
@@ -180,7 +175,7 @@ class Cast(Function):
 
 
 class Exp(Function):
-    schema = _schema("exp", "exp(a)")
+    schema = _schema("exp")
 
     @staticmethod
     def forward(ctx, a):
@@ -192,7 +187,7 @@ class Exp(Function):
 
 
 class Sigmoid(Function):
-    schema = _schema("sigmoid", "1 / (1 + exp(-a))")
+    schema = _schema("sigmoid")
 
     @staticmethod
     def forward(ctx, a):

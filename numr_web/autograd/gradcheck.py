@@ -1,4 +1,5 @@
 """Finite-difference checks of first and second derivatives (float64, CPU)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,8 +28,16 @@ def _check_inputs(inputs):
     return inputs
 
 
-def gradcheck(fn, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
-              raise_exception: bool = True, seed: int = 0) -> bool:
+def gradcheck(
+    fn,
+    inputs,
+    *,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    raise_exception: bool = True,
+    seed: int = 0,
+) -> bool:
     """Compare ``fn``'s autograd gradients with central finite differences.
 
     ``fn(*inputs)`` returns a Tensor or a sequence of Tensors.  Each output is
@@ -50,8 +59,16 @@ def gradcheck(fn, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float 
     if not targets:
         raise ValueError("inputs: at least one input must have requires_grad=True")
     diffs = [o for o in outs if o.requires_grad]
-    analytic = _grad(diffs, targets, grad_outputs=[Tensor(w) for w, o in zip(weights, outs) if o.requires_grad],
-                     allow_unused=True) if diffs else [None] * len(targets)
+    analytic = (
+        _grad(
+            diffs,
+            targets,
+            grad_outputs=[Tensor(w) for w, o in zip(weights, outs) if o.requires_grad],
+            allow_unused=True,
+        )
+        if diffs
+        else [None] * len(targets)
+    )
 
     for k, t in enumerate(targets):
         ana = np.zeros(t.shape) if analytic[k] is None else analytic[k].numpy()
@@ -71,17 +88,27 @@ def gradcheck(fn, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float 
         if np.any(bad):
             i = int(np.argmax(np.abs(ana - num) - rtol * np.abs(num)))
             idx = np.unravel_index(i, t.shape)
-            msg = (f"gradcheck: input {inputs.index(t)} element {idx}: analytical {ana[idx]!r} "
-                   f"vs numerical {num[idx]!r} (max |diff| {np.max(np.abs(ana - num)):.3e}, "
-                   f"{int(bad.sum())} of {bad.size} elements outside atol={atol}, rtol={rtol})")
+            msg = (
+                f"gradcheck: input {inputs.index(t)} element {idx}: analytical {ana[idx]!r} "
+                f"vs numerical {num[idx]!r} (max |diff| {np.max(np.abs(ana - num)):.3e}, "
+                f"{int(bad.sum())} of {bad.size} elements outside atol={atol}, rtol={rtol})"
+            )
             if raise_exception:
                 raise GradcheckError(msg)
             return False
     return True
 
 
-def gradgradcheck(fn, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
-                  raise_exception: bool = True, seed: int = 0) -> bool:
+def gradgradcheck(
+    fn,
+    inputs,
+    *,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    raise_exception: bool = True,
+    seed: int = 0,
+) -> bool:
     """Check second derivatives: gradcheck of ``x -> d sum(v * fn(x)) / dx`` built with create_graph."""
     inputs = _check_inputs(inputs)
     rng = np.random.default_rng(seed + 1)
@@ -95,5 +122,4 @@ def gradgradcheck(fn, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: fl
         gs = _grad(outs, ts, grad_outputs=weights, create_graph=True, allow_unused=True)
         return [g if g is not None else Tensor(np.zeros(t.shape)) for g, t in zip(gs, ts)]
 
-    return gradcheck(first_grads, inputs, eps=eps, atol=atol, rtol=rtol,
-                     raise_exception=raise_exception, seed=seed + 2)
+    return gradcheck(first_grads, inputs, eps=eps, atol=atol, rtol=rtol, raise_exception=raise_exception, seed=seed + 2)

@@ -1,4 +1,5 @@
 """``numr_web.Tensor``: an array of any backend plus the graph that made it."""
+
 from __future__ import annotations
 
 import numbers
@@ -6,6 +7,7 @@ import numbers
 import numpy as np
 
 from numr_web.backends import backend_for, device_of, is_array
+from numr_web.dtypes import dtype_name
 
 
 def _as_array(value):
@@ -15,9 +17,7 @@ def _as_array(value):
         return value
     if isinstance(value, (np.generic, numbers.Number, list, tuple)):
         return np.asarray(value)
-    raise TypeError(
-        f"Tensor: expected a NumPy, CuPy or WebGPU array (or a number or list), got {type(value).__name__}"
-    )
+    raise TypeError(f"Tensor: expected a NumPy, CuPy or WebGPU array (or a number or list), got {type(value).__name__}")
 
 
 class Tensor:
@@ -79,10 +79,10 @@ class Tensor:
     def item(self):
         return self.numpy().item()
 
-    def detach(self) -> "Tensor":
+    def detach(self) -> Tensor:
         return Tensor(self.data)
 
-    def requires_grad_(self, mode: bool = True) -> "Tensor":
+    def requires_grad_(self, mode: bool = True) -> Tensor:
         if not self.is_leaf:
             raise RuntimeError("requires_grad_: only leaf tensors can change requires_grad")
         self.requires_grad = bool(mode)
@@ -166,9 +166,7 @@ class Tensor:
 
 
 def _is_bf16(dtype) -> bool:
-    from numr_web.layout import BFLOAT16
-
-    return BFLOAT16 is not None and np.dtype(dtype) == BFLOAT16
+    return dtype_name(dtype) == "bfloat16"
 
 
 def _fn():

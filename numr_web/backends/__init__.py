@@ -3,6 +3,7 @@
 Backend modules are imported on first use only, so ``import numr_web`` stays
 light (it runs in Pyodide, where neither CuPy nor wgpu-py exist).
 """
+
 from __future__ import annotations
 
 import importlib

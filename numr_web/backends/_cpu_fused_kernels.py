@@ -22,6 +22,7 @@ index is non-negative and vectorizes (AVX-512 where the CPU has it).
 Determinism: every reduction is split into pieces fixed by the shape alone
 (not by the thread count) and pieces are merged in a fixed order.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,8 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic, overload
 
-_RED = {"reassoc", "contract"}   # reductions
-_EW = {"contract"}               # elementwise
+_RED = {"reassoc", "contract"}  # reductions
+_EW = {"contract"}  # elementwise
 
 #: float32 partial sums are flushed to float64 after this many elements
 CHUNK = 4096
@@ -221,7 +222,7 @@ def _shifted_sums(xs, K):
     s2 = 0.0
     for st in range(0, n, CHUNK):
         ln = min(CHUNK, n - st)
-        sub = xs[st:st + ln]
+        sub = xs[st : st + ln]
         a1 = _acc(0.0, K)
         a2 = _acc(0.0, K)
         for i in range(ln):
@@ -293,8 +294,8 @@ def _bwd_sums(dys, xs, mean_hi, scale, shift, silu):
     s_x = 0.0
     for st in range(0, n, CHUNK):
         ln = min(CHUNK, n - st)
-        xsub = xs[st:st + ln]
-        dsub = dys[st:st + ln]
+        xsub = xs[st : st + ln]
+        dsub = dys[st : st + ln]
         a1 = _acc(0.0, mean_hi)
         a2 = _acc(0.0, mean_hi)
         a3 = _acc(0.0, mean_hi)
@@ -436,8 +437,7 @@ def _bwd_apply_group(dy3, x3, dx3, t, c0, mean_hi, zlo, rstd, w, b, beta, gamma,
                 dx3[t, j, i] = _store(alpha * dz + beta * xc + gamma, dx3)
         else:
             for i in range(S):
-                dx3[t, j, i] = _store(alpha * _load(dy3[t, j, i]) + beta * (_load(x3[t, j, i]) - mean_hi)
-                                      + gamma, dx3)
+                dx3[t, j, i] = _store(alpha * _load(dy3[t, j, i]) + beta * (_load(x3[t, j, i]) - mean_hi) + gamma, dx3)
 
 
 @njit(parallel=True, cache=True)
@@ -490,10 +490,10 @@ def _group_dx_coefficients(g, Cg, ds, db, sx, w, mean, rstd, refine, refine_abov
     in place of gamma (dx = rstd*w*dz + beta*x + that)."""
     mhi, mlo32 = _split_mean(mean, proto)
     c0 = g * Cg
-    wg = w[c0:c0 + Cg]
-    dbg = db[c0:c0 + Cg]
-    dsg = ds[c0:c0 + Cg]
-    sxg_ = sx[c0:c0 + Cg]
+    wg = w[c0 : c0 + Cg]
+    dbg = db[c0 : c0 + Cg]
+    dsg = ds[c0 : c0 + Cg]
+    sxg_ = sx[c0 : c0 + Cg]
     sg = 0.0
     sgx = 0.0
     sxg = 0.0
@@ -508,8 +508,9 @@ def _group_dx_coefficients(g, Cg, ds, db, sx, w, mean, rstd, refine, refine_abov
 
 
 @njit(parallel=True, cache=True)
-def bwd_nchw_groups(dy3, x3, dx3, mean_in, rstd_in, w, b, G, silu, refine, refine_above, ds_nc,
-                    db_nc, mlo_out, dw, dbias, proto):
+def bwd_nchw_groups(
+    dy3, x3, dx3, mean_in, rstd_in, w, b, G, silu, refine, refine_above, ds_nc, db_nc, mlo_out, dw, dbias, proto
+):
     """Closed-form backward per (n, g); ds_nc/db_nc: (N*G, Cg) float64 per (n, c) sums;
     mlo_out: (N*G,) the low part of the mean used; dw/dbias (C,) float64 (from the per (n, c)
     sums, in a fixed order).  With ``refine`` (float32 statistics), groups with
@@ -522,12 +523,12 @@ def bwd_nchw_groups(dy3, x3, dx3, mean_in, rstd_in, w, b, G, silu, refine, refin
         zlo = np.float64(mean_lo)  # the pre-activation z uses the given low part
         c0 = (t % G) * Cg
         ref = refine and abs(np.float64(mean_hi)) * rstd > refine_above
-        sg, sgx, sx = _bwd_group_sums(dy3, x3, t, c0, mean_hi, zlo, rstd, w, b, silu, ref, ds_nc,
-                                      db_nc, proto)
+        sg, sgx, sx = _bwd_group_sums(dy3, x3, t, c0, mean_hi, zlo, rstd, w, b, silu, ref, ds_nc, db_nc, proto)
         mlo, beta, gamma = _dx_coefficients(mean_hi, zlo, rstd, sg, sgx, sx, ref, refine_above, M)
         mlo_out[t] = mlo
-        _bwd_apply_group(dy3, x3, dx3, t, c0, mean_hi, zlo, rstd, w, b, _acc(beta, proto),
-                         _acc(gamma, proto), silu, proto)
+        _bwd_apply_group(
+            dy3, x3, dx3, t, c0, mean_hi, zlo, rstd, w, b, _acc(beta, proto), _acc(gamma, proto), silu, proto
+        )
     C = w.shape[0]
     for c in range(C):
         dw[c] = 0.0
@@ -595,8 +596,7 @@ def nchw_piece_apply(x3, y3, P, mhi_nc, scale_nc, shift_nc, silu):
         s0 = k * L
         s1 = min(S, s0 + L)
         if s1 > s0:
-            _apply_slice(x3[n, c, s0:s1], y3[n, c, s0:s1], mhi_nc[n, c], scale_nc[n, c],
-                         shift_nc[n, c], silu)
+            _apply_slice(x3[n, c, s0:s1], y3[n, c, s0:s1], mhi_nc[n, c], scale_nc[n, c], shift_nc[n, c], silu)
 
 
 @njit(parallel=True, cache=True)
@@ -611,8 +611,7 @@ def nchw_piece_bwd_sums(dy3, x3, P, mhi_nc, scale_nc, shift_nc, silu, pds, pdb, 
         s0 = k * L
         s1 = min(S, s0 + L)
         if s1 > s0:
-            a, d, e = _bwd_sums(dy3[n, c, s0:s1], x3[n, c, s0:s1], mhi_nc[n, c], scale_nc[n, c],
-                                shift_nc[n, c], silu)
+            a, d, e = _bwd_sums(dy3[n, c, s0:s1], x3[n, c, s0:s1], mhi_nc[n, c], scale_nc[n, c], shift_nc[n, c], silu)
         else:
             a = 0.0
             d = 0.0
@@ -623,8 +622,7 @@ def nchw_piece_bwd_sums(dy3, x3, P, mhi_nc, scale_nc, shift_nc, silu, pds, pdb, 
 
 
 @njit(parallel=True, cache=True)
-def nchw_piece_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, alpha_nc, beta_nc,
-                         gamma_nc, silu):
+def nchw_piece_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, alpha_nc, beta_nc, gamma_nc, silu):
     N, C, S = x3.shape
     L = (S + P - 1) // P
     for it in prange(N * C * P):
@@ -635,9 +633,18 @@ def nchw_piece_bwd_apply(dy3, x3, dx3, P, mhi_nc, scale_nc, shift_nc, alpha_nc, 
         s0 = k * L
         s1 = min(S, s0 + L)
         if s1 > s0:
-            _bwd_apply_slice(dy3[n, c, s0:s1], x3[n, c, s0:s1], dx3[n, c, s0:s1], mhi_nc[n, c],
-                             scale_nc[n, c], shift_nc[n, c], alpha_nc[n, c], beta_nc[n, c],
-                             gamma_nc[n, c], silu)
+            _bwd_apply_slice(
+                dy3[n, c, s0:s1],
+                x3[n, c, s0:s1],
+                dx3[n, c, s0:s1],
+                mhi_nc[n, c],
+                scale_nc[n, c],
+                shift_nc[n, c],
+                alpha_nc[n, c],
+                beta_nc[n, c],
+                gamma_nc[n, c],
+                silu,
+            )
 
 
 # ---------------------------------------------------------------------------
@@ -666,7 +673,7 @@ def _fold_rows(a, s):
     """s[c] += a[r*C + c] over the R rows of a super-row accumulator (float32 -> float64)."""
     C = s.shape[0]
     for r in range(a.shape[0] // C):
-        ar = a[r * C:(r + 1) * C]
+        ar = a[r * C : (r + 1) * C]
         for c in range(C):
             s[c] += np.float64(ar[c])
 
@@ -732,8 +739,8 @@ def _merge_channels(cm, cq, R, G, gmean, gm2, n, k):
     C = cm.shape[0]
     Cg = C // G
     for g in range(G):
-        cmg = cm[g * Cg:(g + 1) * Cg]
-        cqg = cq[g * Cg:(g + 1) * Cg]
+        cmg = cm[g * Cg : (g + 1) * Cg]
+        cqg = cq[g * Cg : (g + 1) * Cg]
         sm = 0.0
         for j in range(Cg):
             sm += cmg[j]
@@ -771,7 +778,7 @@ def _tile_empty(n, proto):
     times slower on these machines (scripts/channels-last-loops)."""
     buf = _acc_empty(n + 64 // 4, proto)
     off = ((64 - buf.ctypes.data % 64) % 64) // buf.itemsize
-    return buf[off:off + n]
+    return buf[off : off + n]
 
 
 @njit(cache=True)
@@ -779,7 +786,7 @@ def _repeat_tile(t, R, C):
     """Copy the first C entries of a super-row tile (R*C,) to its R-1 further rows."""
     first = t[:C]
     for r in range(1, R):
-        row = t[r * C:(r + 1) * C]
+        row = t[r * C : (r + 1) * C]
         for c in range(C):
             row[c] = first[c]
 
@@ -838,11 +845,11 @@ def _apply_coefficients(g, Cg, mean, rstd, w, b, mT, sT, hT, plain, proto):
     mhi, mlo = _split_mean(mean, proto)
     mlo64 = np.float64(mlo)
     c0 = g * Cg
-    wg = w[c0:c0 + Cg]
-    bg = b[c0:c0 + Cg]
-    mg = mT[c0:c0 + Cg]
-    sg = sT[c0:c0 + Cg]
-    hg = hT[c0:c0 + Cg]
+    wg = w[c0 : c0 + Cg]
+    bg = b[c0 : c0 + Cg]
+    mg = mT[c0 : c0 + Cg]
+    sg = sT[c0 : c0 + Cg]
+    hg = hT[c0 : c0 + Cg]
     for j in range(Cg):
         sc = rstd * wg[j]
         sg[j] = _acc(sc, proto)
@@ -965,13 +972,39 @@ def nhwc_forward_blocks(x3, y3, G, P, R, eps, w, b, mean_out, rstd_out, silu, pr
     hT = _tile_empty(N * T, proto)
     plain_n = np.empty(N, dtype=np.bool_)
     for n in prange(N):
-        plain_n[n] = _fwd_sample_tiles(gmean, gm2, n, Q, L, M, eps, w, b, R, mT[n * T:(n + 1) * T],
-                          sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], mean_out, rstd_out, proto)
+        plain_n[n] = _fwd_sample_tiles(
+            gmean,
+            gm2,
+            n,
+            Q,
+            L,
+            M,
+            eps,
+            w,
+            b,
+            R,
+            mT[n * T : (n + 1) * T],
+            sT[n * T : (n + 1) * T],
+            hT[n * T : (n + 1) * T],
+            mean_out,
+            rstd_out,
+            proto,
+        )
     for it in prange(N * P):
         n = it // P
         q0 = min(Q, (it % P) * L)
-        _apply_superrows(x4, y4, n, q0, min(Q, q0 + L), mT[n * T:(n + 1) * T],
-                         sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], silu, plain_n[n])
+        _apply_superrows(
+            x4,
+            y4,
+            n,
+            q0,
+            min(Q, q0 + L),
+            mT[n * T : (n + 1) * T],
+            sT[n * T : (n + 1) * T],
+            hT[n * T : (n + 1) * T],
+            silu,
+            plain_n[n],
+        )
 
 
 @njit(fastmath=_RED, cache=True)
@@ -1030,16 +1063,16 @@ def _bwd_sample_tiles(mean_in, rstd_in, n, w, b, R, mT, sT, hT, proto):
     C = w.shape[0]
     Cg = C // G
     for g in range(G):
-        _apply_coefficients(g, Cg, np.float64(mean_in[n, g]), np.float64(rstd_in[n, g]), w, b,
-                            mT, sT, hT, False, proto)
+        _apply_coefficients(g, Cg, np.float64(mean_in[n, g]), np.float64(rstd_in[n, g]), w, b, mT, sT, hT, False, proto)
     _repeat_tile(mT, R, C)
     _repeat_tile(sT, R, C)
     _repeat_tile(hT, R, C)
 
 
 @njit(fastmath=_RED, cache=True)
-def _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above, w, M, R, bT, gT,
-                       dwp, db_nc, silu, proto):
+def _bwd_sample_finish(
+    pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above, w, M, R, bT, gT, dwp, db_nc, silu, proto
+):
     """Sample n: sum the P blocks' per-channel sums in order, then per group the dx
     coefficients beta/gamma (repeated R times in the tiles bT/gT) and per channel the
     dweight contribution rstd*(ds - mean_lo*db) (dwp[n]) and db (db_nc[n]).  Without SiLU and
@@ -1062,16 +1095,17 @@ def _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above,
     plain = not silu and not nan and top <= PLAIN_LIMIT
     for g in range(G):
         rstd = np.float64(rstd_in[n, g])
-        mlo, beta, gamma = _group_dx_coefficients(g, Cg, ds, db_nc[n], sx, w, np.float64(mean_in[n, g]),
-                                                  rstd, refine, refine_above, M, plain, proto)
+        mlo, beta, gamma = _group_dx_coefficients(
+            g, Cg, ds, db_nc[n], sx, w, np.float64(mean_in[n, g]), rstd, refine, refine_above, M, plain, proto
+        )
         beta_t = _acc(beta, proto)
         gamma_t = _acc(gamma, proto)
         c0 = g * Cg
-        bg = bT[c0:c0 + Cg]
-        gg = gT[c0:c0 + Cg]
-        dsg = ds[c0:c0 + Cg]
-        dbg = db_nc[n, c0:c0 + Cg]
-        dwg = dwp[n, c0:c0 + Cg]
+        bg = bT[c0 : c0 + Cg]
+        gg = gT[c0 : c0 + Cg]
+        dsg = ds[c0 : c0 + Cg]
+        dbg = db_nc[n, c0 : c0 + Cg]
+        dwg = dwp[n, c0 : c0 + Cg]
         for j in range(Cg):
             bg[j] = beta_t
             gg[j] = gamma_t
@@ -1103,13 +1137,13 @@ def _bwd_apply_superrows(dy4, x4, dx4, n, q0, q1, m, s, h, a, bt, gt, silu, plai
         return
     for q in range(q0, q1):
         for i in range(T):
-            dx4[n, q, i] = _store(a[i] * _load(dy4[n, q, i]) + bt[i] * (_load(x4[n, q, i]) - m[i]) + gt[i],
-                                  dx4)
+            dx4[n, q, i] = _store(a[i] * _load(dy4[n, q, i]) + bt[i] * (_load(x4[n, q, i]) - m[i]) + gt[i], dx4)
 
 
 @njit(cache=True)
-def _bwd_block_sums(dy4, x4, n, q0, q1, m, sc, sh, silu, mean_in, rstd_in, refine, refine_above,
-                    pds, pdb, psx, k, proto):
+def _bwd_block_sums(
+    dy4, x4, n, q0, q1, m, sc, sh, silu, mean_in, rstd_in, refine, refine_above, pds, pdb, psx, k, proto
+):
     """Super-rows [q0, q1) of sample n: per-channel sums into pds/pdb/psx[n, k]; sum
     (x - mean_hi) only where SiLU or the mean refinement of one of the sample's groups needs
     it.  Where every group of the sample has |mean| * rstd <= UNCENTRED_LIMIT (no SiLU), the
@@ -1157,8 +1191,7 @@ def _sum_over_samples(dwp, db_nc, dw, dbias):
 
 
 @njit(parallel=True, cache=True)
-def nhwc_backward_samples(dy3, x3, dx3, mean_in, rstd_in, w, b, G, R, silu, refine, refine_above, dw,
-                          dbias, proto):
+def nhwc_backward_samples(dy3, x3, dx3, mean_in, rstd_in, w, b, G, R, silu, refine, refine_above, dw, dbias, proto):
     """Channels-last backward (closed form from the saved statistics), one work item per
     sample: per-channel sums, dx coefficients and dx back to back; then dweight/dbias summed
     over samples in order.  Shapes as in nhwc_forward_samples; dw/dbias (C,) float64."""
@@ -1179,19 +1212,20 @@ def nhwc_backward_samples(dy3, x3, dx3, mean_in, rstd_in, w, b, G, R, silu, refi
         s = _tile_empty(T, proto)
         h = _tile_empty(T, proto)
         _bwd_sample_tiles(mean_in, rstd_in, n, w, b, R, m, s, h, proto)
-        _bwd_block_sums(dy4, x4, n, 0, Q, m, s, h, silu, mean_in, rstd_in, refine,
-                        refine_above, pds, pdb, psx, 0, proto)
+        _bwd_block_sums(
+            dy4, x4, n, 0, Q, m, s, h, silu, mean_in, rstd_in, refine, refine_above, pds, pdb, psx, 0, proto
+        )
         bt = _tile_empty(T, proto)
         gt = _tile_empty(T, proto)
-        plain = _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above, w, M,
-                                   R, bt, gt, dwp, db_nc, silu, proto)
+        plain = _bwd_sample_finish(
+            pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above, w, M, R, bt, gt, dwp, db_nc, silu, proto
+        )
         _bwd_apply_superrows(dy4, x4, dx4, n, 0, Q, m, s, h, s, bt, gt, silu, plain)
     _sum_over_samples(dwp, db_nc, dw, dbias)
 
 
 @njit(parallel=True, cache=True)
-def nhwc_backward_blocks(dy3, x3, dx3, mean_in, rstd_in, w, b, G, P, R, silu, refine, refine_above, dw,
-                         dbias, proto):
+def nhwc_backward_blocks(dy3, x3, dx3, mean_in, rstd_in, w, b, G, P, R, silu, refine, refine_above, dw, dbias, proto):
     """Channels-last backward over P blocks of super-rows per sample: coefficient tiles,
     per-block per-channel sums, per-sample dx coefficients, dx over the same blocks, then
     dweight/dbias summed over samples in order."""
@@ -1212,27 +1246,83 @@ def nhwc_backward_blocks(dy3, x3, dx3, mean_in, rstd_in, w, b, G, P, R, silu, re
     sT = _tile_empty(N * T, proto)
     hT = _tile_empty(N * T, proto)
     for n in prange(N):
-        _bwd_sample_tiles(mean_in, rstd_in, n, w, b, R, mT[n * T:(n + 1) * T],
-                          sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], proto)
+        _bwd_sample_tiles(
+            mean_in,
+            rstd_in,
+            n,
+            w,
+            b,
+            R,
+            mT[n * T : (n + 1) * T],
+            sT[n * T : (n + 1) * T],
+            hT[n * T : (n + 1) * T],
+            proto,
+        )
     for it in prange(N * P):
         n = it // P
         q0 = min(Q, (it % P) * L)
-        _bwd_block_sums(dy4, x4, n, q0, min(Q, q0 + L), mT[n * T:(n + 1) * T],
-                        sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], silu, mean_in, rstd_in,
-                        refine, refine_above, pds, pdb, psx, it % P, proto)
+        _bwd_block_sums(
+            dy4,
+            x4,
+            n,
+            q0,
+            min(Q, q0 + L),
+            mT[n * T : (n + 1) * T],
+            sT[n * T : (n + 1) * T],
+            hT[n * T : (n + 1) * T],
+            silu,
+            mean_in,
+            rstd_in,
+            refine,
+            refine_above,
+            pds,
+            pdb,
+            psx,
+            it % P,
+            proto,
+        )
     bT = _tile_empty(N * T, proto)
     gT = _tile_empty(N * T, proto)
     plain_n = np.empty(N, dtype=np.bool_)
     for n in prange(N):
-        plain_n[n] = _bwd_sample_finish(pds, pdb, psx, n, mean_in, rstd_in, refine, refine_above, w,
-                                        M, R, bT[n * T:(n + 1) * T], gT[n * T:(n + 1) * T], dwp,
-                                        db_nc, silu, proto)
+        plain_n[n] = _bwd_sample_finish(
+            pds,
+            pdb,
+            psx,
+            n,
+            mean_in,
+            rstd_in,
+            refine,
+            refine_above,
+            w,
+            M,
+            R,
+            bT[n * T : (n + 1) * T],
+            gT[n * T : (n + 1) * T],
+            dwp,
+            db_nc,
+            silu,
+            proto,
+        )
     for it in prange(N * P):
         n = it // P
         q0 = min(Q, (it % P) * L)
-        _bwd_apply_superrows(dy4, x4, dx4, n, q0, min(Q, q0 + L), mT[n * T:(n + 1) * T],
-                             sT[n * T:(n + 1) * T], hT[n * T:(n + 1) * T], sT[n * T:(n + 1) * T],
-                             bT[n * T:(n + 1) * T], gT[n * T:(n + 1) * T], silu, plain_n[n])
+        _bwd_apply_superrows(
+            dy4,
+            x4,
+            dx4,
+            n,
+            q0,
+            min(Q, q0 + L),
+            mT[n * T : (n + 1) * T],
+            sT[n * T : (n + 1) * T],
+            hT[n * T : (n + 1) * T],
+            sT[n * T : (n + 1) * T],
+            bT[n * T : (n + 1) * T],
+            gT[n * T : (n + 1) * T],
+            silu,
+            plain_n[n],
+        )
     _sum_over_samples(dwp, db_nc, dw, dbias)
 
 
@@ -1240,8 +1330,7 @@ def nhwc_backward_blocks(dy3, x3, dx3, mean_in, rstd_in, w, b, G, P, R, silu, re
 # small sequential finishing steps (per (n, g) and per channel; fixed order)
 # ---------------------------------------------------------------------------
 @njit(cache=True)
-def finish_forward(mean64, m264, M, eps, w, b, mean_out, rstd_out, mhi_nc, scale_nc, shift_nc,
-                   proto):
+def finish_forward(mean64, m264, M, eps, w, b, mean_out, rstd_out, mhi_nc, scale_nc, shift_nc, proto):
     """Merged moments -> mean/rstd outputs and per-(n, c) apply coefficients."""
     N, G = mean64.shape
     Cg = w.shape[0] // G
@@ -1269,8 +1358,9 @@ def backward_coefficients(mean_in, rstd_in, w, b, R, mhi_nc, scale_nc, shift_nc,
 
 
 @njit(cache=True)
-def finish_backward(ds_nc, db_nc, sx_nc, mean_in, rstd_in, refine, refine_above, w, M, R, beta_nc,
-                    gamma_nc, dw, dbias, proto):
+def finish_backward(
+    ds_nc, db_nc, sx_nc, mean_in, rstd_in, refine, refine_above, w, M, R, beta_nc, gamma_nc, dw, dbias, proto
+):
     """Per-(n, c) sums -> dx coefficients beta/gamma (written R times along each row of the
     (N, R*C) outputs), dweight/dbias (float64)."""
     N, C = ds_nc.shape
@@ -1282,9 +1372,21 @@ def finish_backward(ds_nc, db_nc, sx_nc, mean_in, rstd_in, refine, refine_above,
     for n in range(N):
         for g in range(G):
             rstd = np.float64(rstd_in[n, g])
-            mlo, beta, gamma = _group_dx_coefficients(g, Cg, ds_nc[n], db_nc[n], sx_nc[n], w,
-                                                      np.float64(mean_in[n, g]), rstd, refine,
-                                                      refine_above, M, False, proto)
+            mlo, beta, gamma = _group_dx_coefficients(
+                g,
+                Cg,
+                ds_nc[n],
+                db_nc[n],
+                sx_nc[n],
+                w,
+                np.float64(mean_in[n, g]),
+                rstd,
+                refine,
+                refine_above,
+                M,
+                False,
+                proto,
+            )
             for j in range(Cg):
                 c = g * Cg + j
                 for r in range(R):

@@ -14,9 +14,10 @@ Conventions shared by all backends
   accumulate in float32) and float64 (accumulates in float64).
 * ``mean``/``rstd`` are ``(N, G)`` arrays of the accumulation dtype
   (float32, or float64 for float64 input).  Variance is biased and clamped at 0.
-* The output keeps the memory layout of ``x`` (see ``numr_web.layout``).
+* The output keeps the memory layout of ``x`` (see ``numr_web.memory_layout``).
 * ``activation`` is ``None`` or ``"silu"`` (applied after the affine).
 """
+
 from __future__ import annotations
 
 
@@ -54,8 +55,7 @@ class Backend:
         """Return ``(y, mean, rstd)``."""
         raise NotImplementedError
 
-    def group_norm_backward(self, dy, x, mean, rstd, weight, bias, num_groups,
-                            activation=None):
+    def group_norm_backward(self, dy, x, mean, rstd, weight, bias, num_groups, activation=None):
         """Closed-form backward from the saved statistics.
 
         Returns ``(dx, dweight, dbias)``; the last two are ``None`` when

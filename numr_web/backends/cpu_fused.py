@@ -25,15 +25,19 @@ Design (details in docs/cpu.md):
 Importing this module never imports Numba; the kernels compile on first use
 and are cached on disk (Numba's ``cache=True``; ``NUMBA_CACHE_DIR`` moves it).
 """
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 
-from numr_web.layout import (BFLOAT16, accumulation_dtype, as_channels_last, channels_last_perms,
-                             is_dense_channels_last, memory_layout, superrow_factor)
-from numr_web.backends.numpy_ import empty_like_layout, refine_mean
+from numr_web.backends.numpy_ import empty_like_layout, refine_mean, superrow_factor
+from numr_web.dtypes import BFLOAT16
+from numr_web.memory_layout import as_channels_last, channels_last_perms, is_dense_channels_last, memory_layout
+from numr_web.schema import schema
+
+GROUP_NORM = schema("group_norm")
 
 _INSTALL_HINT = "pip install 'numr-web[fast]'"
 
@@ -173,7 +177,7 @@ def _acc_info(dtype):
     """(accumulation dtype, its zero as a NumPy scalar) for a storage dtype, cached."""
     info = _ACC_INFO.get(dtype)
     if info is None:
-        acc = accumulation_dtype(dtype)
+        acc = np.dtype(GROUP_NORM.compute_dtype(dtype))
         info = _ACC_INFO[dtype] = (acc, acc.type(0))
     return info
 
@@ -291,8 +295,18 @@ def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
     rstd = np.empty((N, G), acc)
 
     if _use_group_path(layout, N, G, M):
-        k.fwd_nchw_groups(_kernel_view(x.reshape(N * G, cg, S)), _kernel_view(y.reshape(N * G, cg, S)),
-                          w64, b64, G, eps, silu, mean.reshape(-1), rstd.reshape(-1), proto)
+        k.fwd_nchw_groups(
+            _kernel_view(x.reshape(N * G, cg, S)),
+            _kernel_view(y.reshape(N * G, cg, S)),
+            w64,
+            b64,
+            G,
+            eps,
+            silu,
+            mean.reshape(-1),
+            rstd.reshape(-1),
+            proto,
+        )
         return y, mean, rstd
 
     if layout == "nhwc":
@@ -312,8 +326,13 @@ def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
     k.nchw_piece_moments(x3, P, pmean, pm2, proto)
     mean64 = np.empty((N, G), np.float64)
     m264 = np.empty((N, G), np.float64)
-    k.merge_pieces(pmean.reshape(N * G, -1), pm2.reshape(N * G, -1), np.tile(_piece_counts(S, P), cg),
-                   mean64.reshape(-1), m264.reshape(-1))
+    k.merge_pieces(
+        pmean.reshape(N * G, -1),
+        pm2.reshape(N * G, -1),
+        np.tile(_piece_counts(S, P), cg),
+        mean64.reshape(-1),
+        m264.reshape(-1),
+    )
     mhi_nc = np.empty((N, C), acc)
     scale_nc = np.empty((N, C), acc)
     shift_nc = np.empty((N, C), acc)
@@ -392,15 +411,39 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
         db = np.empty((N * G, cg), np.float64)
         mlo_used = np.empty(N * G, np.float64)
         shp3 = (N * G, cg, S)
-        k.bwd_nchw_groups(_kernel_view(dy.reshape(shp3)), _kernel_view(x.reshape(shp3)),
-                          _kernel_view(dx.reshape(shp3)), mean_f, rstd_f,
-                          w64, b64, G, silu, refine, REFINE_ABOVE, ds, db, mlo_used, dw64, db64, proto)
+        k.bwd_nchw_groups(
+            _kernel_view(dy.reshape(shp3)),
+            _kernel_view(x.reshape(shp3)),
+            _kernel_view(dx.reshape(shp3)),
+            mean_f,
+            rstd_f,
+            w64,
+            b64,
+            G,
+            silu,
+            refine,
+            REFINE_ABOVE,
+            ds,
+            db,
+            mlo_used,
+            dw64,
+            db64,
+            proto,
+        )
         return (dx,) + _affine_out(dw64, db64, weight)
 
     if layout == "nhwc":
         P, R, fused = _nhwc_plan(N, S, C)
-        args = (_kernel_view(_channels_last_buffer(dy)), _kernel_view(_channels_last_buffer(x)),
-                _kernel_view(_channels_last_buffer(dx)), mean_a, rstd_a, w64, b64, G)
+        args = (
+            _kernel_view(_channels_last_buffer(dy)),
+            _kernel_view(_channels_last_buffer(x)),
+            _kernel_view(_channels_last_buffer(dx)),
+            mean_a,
+            rstd_a,
+            w64,
+            b64,
+            G,
+        )
         if fused:
             k.nhwc_backward_samples(*args, R, silu, refine, REFINE_ABOVE, dw64, db64, proto)
         else:
@@ -419,11 +462,25 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
     pds = np.empty((N, C, P), np.float64)
     pdb = np.empty((N, C, P), np.float64)
     psx = np.empty((N, C, P), np.float64)
-    k.nchw_piece_bwd_sums(dy3, x3, P, mhi, scale, shift, silu, pds.reshape(-1), pdb.reshape(-1),
-                          psx.reshape(-1))
+    k.nchw_piece_bwd_sums(dy3, x3, P, mhi, scale, shift, silu, pds.reshape(-1), pdb.reshape(-1), psx.reshape(-1))
     beta = np.empty((N, C), acc)
     gamma = np.empty((N, C), acc)
-    k.finish_backward(pds.sum(axis=2), pdb.sum(axis=2), psx.sum(axis=2), mean_a, rstd_a,
-                      refine, REFINE_ABOVE, w64, M, 1, beta, gamma, dw64, db64, proto)
+    k.finish_backward(
+        pds.sum(axis=2),
+        pdb.sum(axis=2),
+        psx.sum(axis=2),
+        mean_a,
+        rstd_a,
+        refine,
+        REFINE_ABOVE,
+        w64,
+        M,
+        1,
+        beta,
+        gamma,
+        dw64,
+        db64,
+        proto,
+    )
     k.nchw_piece_bwd_apply(dy3, x3, dx3, P, mhi, scale, shift, scale, beta, gamma, silu)
     return (dx,) + _affine_out(dw64, db64, weight)

@@ -21,6 +21,7 @@ sum(x - mean) over pieces of the spatial extent (``gn_bwd_reduce_nchw`` /
 ``gn_bwd_dx`` and, with a weight, dweight/dbias summed over n in a fixed order
 (``gn_bwd_channel_grads``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -33,7 +34,11 @@ from pathlib import Path
 import numpy as np
 
 from numr_web.backends.base import Backend
-from numr_web.layout import BFLOAT16, accumulation_dtype, channels_last_perm, memory_layout
+from numr_web.dtypes import BFLOAT16
+from numr_web.memory_layout import channels_last_perm, memory_layout
+from numr_web.schema import schema
+
+GROUP_NORM = schema("group_norm")
 
 INSTALL_HINT = "pip install 'numr-web[cuda12]' or 'numr-web[cuda13]'"
 KERNEL_PATH = Path(__file__).resolve().parent.parent / "kernels" / "cuda" / "group_norm.cu"
@@ -153,8 +158,9 @@ def elementwise_blocks(total_vec: int, sm_count: int) -> int:
 
 
 @functools.lru_cache(maxsize=512)
-def plan_forward(N: int, C: int, S: int, G: int, layout: str, itemsize: int, aligned: bool,
-                 sm_count: int) -> ForwardPlan:
+def plan_forward(
+    N: int, C: int, S: int, G: int, layout: str, itemsize: int, aligned: bool, sm_count: int
+) -> ForwardPlan:
     """How the forward kernels cut the work; requires N * C * S > 0."""
     full = full_vec(itemsize)
     Cg = C // G
@@ -174,13 +180,15 @@ def plan_forward(N: int, C: int, S: int, G: int, layout: str, itemsize: int, ali
     total_vec = N * C * S // apply_vec
     # one launch when each group has its own block and its vectors stay inside a channel
     fused = splits == 1 and stats_vec == apply_vec
-    return ForwardPlan(stats_vec, splits, NG * splits, fused, apply_vec, total_vec,
-                       elementwise_blocks(total_vec, sm_count))
+    return ForwardPlan(
+        stats_vec, splits, NG * splits, fused, apply_vec, total_vec, elementwise_blocks(total_vec, sm_count)
+    )
 
 
 @functools.lru_cache(maxsize=512)
-def plan_backward(N: int, C: int, S: int, G: int, layout: str, itemsize: int, aligned: bool,
-                  sm_count: int) -> BackwardPlan:
+def plan_backward(
+    N: int, C: int, S: int, G: int, layout: str, itemsize: int, aligned: bool, sm_count: int
+) -> BackwardPlan:
     """How the backward kernels cut the work; requires N * C * S > 0."""
     full = full_vec(itemsize)
     if layout == "nchw":
@@ -205,8 +213,18 @@ def plan_backward(N: int, C: int, S: int, G: int, layout: str, itemsize: int, al
         pieces = _cdiv(S, piece)
         reduce_blocks = c_tiles * pieces * N
     total_vec = N * C * S // vec
-    return BackwardPlan(vec, pieces, piece, lanes_c, reduce_blocks, _cdiv(N * G, WARPS), _cdiv(C, WARPS),
-                        vec, total_vec, elementwise_blocks(total_vec, sm_count))
+    return BackwardPlan(
+        vec,
+        pieces,
+        piece,
+        lanes_c,
+        reduce_blocks,
+        _cdiv(N * G, WARPS),
+        _cdiv(C, WARPS),
+        vec,
+        total_vec,
+        elementwise_blocks(total_vec, sm_count),
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -287,17 +305,19 @@ class CupyBackend(Backend):
         props = cp.cuda.runtime.getDeviceProperties(dev.id)
         free, total = dev.mem_info
         name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-        out.update({
-            "device_name": name,
-            "compute_capability": f"{dev.compute_capability[:-1]}.{dev.compute_capability[-1]}",
-            "multiprocessors": props["multiProcessorCount"],
-            "memory_total_gib": round(total / 2**30, 2),
-            "memory_free_gib": round(free / 2**30, 2),
-            "cupy": cp.__version__,
-            "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
-            "kernels": KERNEL_PATH.name,
-            "compile_options": " ".join(COMPILE_OPTIONS),
-        })
+        out.update(
+            {
+                "device_name": name,
+                "compute_capability": f"{dev.compute_capability[:-1]}.{dev.compute_capability[-1]}",
+                "multiprocessors": props["multiProcessorCount"],
+                "memory_total_gib": round(total / 2**30, 2),
+                "memory_free_gib": round(free / 2**30, 2),
+                "cupy": cp.__version__,
+                "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(),
+                "kernels": KERNEL_PATH.name,
+                "compile_options": " ".join(COMPILE_OPTIONS),
+            }
+        )
         return out
 
     @property
@@ -318,7 +338,8 @@ class CupyBackend(Backend):
             if _dtype_name(array.dtype) == "bfloat16":
                 raise TypeError(
                     "bfloat16 arrays on CUDA need CuPy >= 14 together with ml_dtypes "
-                    f"({INSTALL_HINT}); CuPy said: {exc}") from exc
+                    f"({INSTALL_HINT}); CuPy said: {exc}"
+                ) from exc
             raise
 
     def to_numpy(self, array):
@@ -352,15 +373,17 @@ class CupyBackend(Backend):
                     self._source = KERNEL_PATH.read_text()
                 # one module per (dtype, layout); CuPy keeps the compiled binary
                 # in its on-disk kernel cache, so later processes load it.
-                module = cp.RawModule(code=self._source, options=COMPILE_OPTIONS,
-                                      name_expressions=name_expressions(dtype_name, layout))
+                module = cp.RawModule(
+                    code=self._source, options=COMPILE_OPTIONS, name_expressions=name_expressions(dtype_name, layout)
+                )
                 self._modules[mkey] = module
             try:
                 fn = module.get_function(name)  # compiles the module on first use
             except Exception as exc:
                 raise RuntimeError(
                     f"the CUDA kernels in {KERNEL_PATH.name} failed to compile or load for {dtype_name}/{layout} "
-                    f"({type(exc).__name__}: {exc}); set CUPY_DUMP_CUDA_SOURCE_ON_ERROR=1 for the full log") from exc
+                    f"({type(exc).__name__}: {exc}); set CUPY_DUMP_CUDA_SOURCE_ON_ERROR=1 for the full log"
+                ) from exc
             self._functions[key] = fn
         return fn
 
@@ -447,7 +470,7 @@ class CupyBackend(Backend):
         N, C = int(x.shape[0]), int(x.shape[1])
         S = math.prod(int(n) for n in x.shape[2:])
         G = int(num_groups)
-        acc = accumulation_dtype(x.dtype)
+        acc = np.dtype(GROUP_NORM.compute_dtype(x.dtype))
         dtype_name = _dtype_name(x.dtype)
         y, ybuf = self._empty(x.shape, x.dtype, layout)
         if N == 0 or S == 0:
@@ -463,10 +486,10 @@ class CupyBackend(Backend):
         n_part = 2 * plan.stats_blocks if plan.splits > 1 else 0
         ws = cp.empty(2 * NG + 3 * NC + n_part, dtype=acc)
         mean = ws[:NG].reshape(N, G)
-        rstd = ws[NG:2 * NG].reshape(N, G)
-        params = ws[2 * NG:2 * NG + 3 * NC]
+        rstd = ws[NG : 2 * NG].reshape(N, G)
+        params = ws[2 * NG : 2 * NG + 3 * NC]
         if plan.splits > 1:
-            partials = ws[2 * NG + 3 * NC:]
+            partials = ws[2 * NG + 3 * NC :]
             counters = self._ticket_counters(NG)
         else:  # never touched when a group has one block
             partials = params
@@ -475,17 +498,54 @@ class CupyBackend(Backend):
         i64 = np.int64
         if plan.fused:
             fused = self._function(dtype_name, layout, fused_kernel(storage, layout, plan.stats_vec, silu))
-            fused((plan.stats_blocks,), (BLOCK,),
-                  (xbuf, ybuf, w, b, np.int32(has_w), np.int32(has_b), i64(N), i64(C), i64(S), i64(G),
-                   np.float64(eps), mean, rstd, params))
+            fused(
+                (plan.stats_blocks,),
+                (BLOCK,),
+                (
+                    xbuf,
+                    ybuf,
+                    w,
+                    b,
+                    np.int32(has_w),
+                    np.int32(has_b),
+                    i64(N),
+                    i64(C),
+                    i64(S),
+                    i64(G),
+                    np.float64(eps),
+                    mean,
+                    rstd,
+                    params,
+                ),
+            )
             return y, mean, rstd
         stats = self._function(dtype_name, layout, stats_kernel(storage, layout, plan.stats_vec))
-        stats((plan.stats_blocks,), (BLOCK,),
-              (xbuf, w, b, np.int32(has_w), np.int32(has_b), i64(N), i64(C), i64(S), i64(G),
-               np.int32(plan.splits), np.float64(eps), partials, counters, mean, rstd, params))
+        stats(
+            (plan.stats_blocks,),
+            (BLOCK,),
+            (
+                xbuf,
+                w,
+                b,
+                np.int32(has_w),
+                np.int32(has_b),
+                i64(N),
+                i64(C),
+                i64(S),
+                i64(G),
+                np.int32(plan.splits),
+                np.float64(eps),
+                partials,
+                counters,
+                mean,
+                rstd,
+                params,
+            ),
+        )
         apply = self._function(dtype_name, layout, apply_kernel(storage, layout, plan.apply_vec, silu))
-        apply((plan.apply_blocks,), (BLOCK,),
-              (xbuf, ybuf, params, i64(N * C), i64(C), i64(S), i64(plan.apply_total_vec)))
+        apply(
+            (plan.apply_blocks,), (BLOCK,), (xbuf, ybuf, params, i64(N * C), i64(C), i64(S), i64(plan.apply_total_vec))
+        )
         return y, mean, rstd
 
     def _backward(self, dy, x, mean, rstd, weight, bias, num_groups, activation):
@@ -495,7 +555,7 @@ class CupyBackend(Backend):
         N, C = int(x.shape[0]), int(x.shape[1])
         S = math.prod(int(n) for n in x.shape[2:])
         G = int(num_groups)
-        acc = accumulation_dtype(x.dtype)
+        acc = np.dtype(GROUP_NORM.compute_dtype(x.dtype))
         dtype_name = _dtype_name(x.dtype)
         dx, dxbuf = self._empty(x.shape, x.dtype, layout)
         has_weight = weight is not None
@@ -512,33 +572,66 @@ class CupyBackend(Backend):
         rstd = cp.ascontiguousarray(rstd.astype(acc, copy=False))
         NG, NC, PS = N * G, N * C, N * plan.pieces * C
         ws = cp.empty(3 * PS + 5 * NC + NG + (2 * C if has_weight else 0), dtype=acc)
-        part = ws[:3 * PS]
-        params = ws[3 * PS:3 * PS + 5 * NC]
-        mean_lo = ws[3 * PS + 5 * NC:3 * PS + 5 * NC + NG]
+        part = ws[: 3 * PS]
+        params = ws[3 * PS : 3 * PS + 5 * NC]
+        mean_lo = ws[3 * PS + 5 * NC : 3 * PS + 5 * NC + NG]
         storage = STORAGE_TYPES[dtype_name]
         i64 = np.int64
         reduce = self._function(dtype_name, layout, reduce_kernel(storage, layout, plan.reduce_vec, silu))
-        common = (dybuf, xbuf, mean, rstd, w, b, np.int32(has_w), np.int32(has_b),
-                  i64(N), i64(C), i64(S), i64(G), i64(plan.pieces), i64(plan.piece))
+        common = (
+            dybuf,
+            xbuf,
+            mean,
+            rstd,
+            w,
+            b,
+            np.int32(has_w),
+            np.int32(has_b),
+            i64(N),
+            i64(C),
+            i64(S),
+            i64(G),
+            i64(plan.pieces),
+            i64(plan.piece),
+        )
         if layout == "nchw":
             reduce((plan.reduce_blocks,), (BLOCK,), common + (part,))
         else:
             reduce((plan.reduce_blocks,), (BLOCK,), common + (np.int32(plan.lanes_c), part))
         acc_type = "double" if dtype_name == "float64" else "float"
         coeffs = self._function(dtype_name, layout, group_coeffs_kernel(acc_type))
-        coeffs((plan.coeff_blocks,), (BLOCK,),
-               (part, mean, rstd, w, b, np.int32(has_w), np.int32(has_b), i64(N), i64(C), i64(S), i64(G),
-                i64(plan.pieces), params, mean_lo))
+        coeffs(
+            (plan.coeff_blocks,),
+            (BLOCK,),
+            (
+                part,
+                mean,
+                rstd,
+                w,
+                b,
+                np.int32(has_w),
+                np.int32(has_b),
+                i64(N),
+                i64(C),
+                i64(S),
+                i64(G),
+                i64(plan.pieces),
+                params,
+                mean_lo,
+            ),
+        )
         dxk = self._function(dtype_name, layout, dx_kernel(storage, layout, plan.dx_vec, silu))
-        dxk((plan.dx_blocks,), (BLOCK,),
-            (dybuf, xbuf, dxbuf, params, i64(N * C), i64(C), i64(S), i64(plan.dx_total_vec)))
+        dxk(
+            (plan.dx_blocks,),
+            (BLOCK,),
+            (dybuf, xbuf, dxbuf, params, i64(N * C), i64(C), i64(S), i64(plan.dx_total_vec)),
+        )
         if not has_weight:
             return dx, None, None
-        dw = ws[3 * PS + 5 * NC + NG:3 * PS + 5 * NC + NG + C]
-        db = ws[3 * PS + 5 * NC + NG + C:]
+        dw = ws[3 * PS + 5 * NC + NG : 3 * PS + 5 * NC + NG + C]
+        db = ws[3 * PS + 5 * NC + NG + C :]
         grads = self._function(dtype_name, layout, channel_grads_kernel(acc_type))
-        grads((plan.channel_blocks,), (BLOCK,),
-              (part, rstd, mean_lo, i64(N), i64(C), i64(G), i64(plan.pieces), dw, db))
+        grads((plan.channel_blocks,), (BLOCK,), (part, rstd, mean_lo, i64(N), i64(C), i64(G), i64(plan.pieces), dw, db))
         return dx, dw.astype(weight.dtype, copy=False), db.astype(weight.dtype, copy=False)
 
     # -- generic ---------------------------------------------------------------

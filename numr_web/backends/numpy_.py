@@ -17,6 +17,7 @@ Numerics (shared with the WGSL, CUDA and Numba kernels):
 * the backward is the closed form from the saved statistics, centred on
   ``mean_hi`` for the same reason.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,7 +29,10 @@ import numpy as np
 
 from numr_web.backends.base import Backend
 from numr_web.errors import BackendUnavailable
-from numr_web.layout import accumulation_dtype, channels_last_perms, is_dense_channels_last, superrow_factor
+from numr_web.memory_layout import channels_last_perms, is_dense_channels_last
+from numr_web.schema import schema
+
+GROUP_NORM = schema("group_norm")
 
 CPU_PATHS = ("auto", "numpy", "fused")
 _cpu_path = os.environ.get("NUMR_WEB_CPU_PATH", "auto").strip().lower() or "auto"
@@ -39,6 +43,22 @@ _POOR_SHIFT = 8.0
 # Below this |mean| * rstd the plain apply (x * scale + shift) is as exact as the
 # compensated one (error ~ 2^-24 * |mean| * rstd relative to the output).
 _PLAIN_APPLY_LIMIT = 16.0
+
+
+@functools.lru_cache(maxsize=256)
+def superrow_factor(spatial: int, channels: int, limit: int) -> int:
+    """The largest R dividing ``spatial`` with ``R * channels <= limit`` (at least 1).
+
+    A channels-last sample is ``spatial`` rows of ``channels`` values, and a per-channel
+    coefficient repeats with every row.  The CPU paths walk R rows at a time (a
+    "super-row"), with the coefficients repeated R times, so that their inner loops run
+    over ``R * channels`` values instead of one short row.
+    """
+    best = 1
+    for r in range(1, max(1, limit // max(channels, 1)) + 1):
+        if spatial % r == 0:
+            best = r
+    return best
 
 
 def set_cpu_path(path: str) -> None:
@@ -76,6 +96,7 @@ def _fused():
 
 
 # -- views -------------------------------------------------------------------
+
 
 def empty_like_layout(a, dtype=None):
     """An uninitialised array shaped like ``a`` with ``a``'s memory layout (NCHW or channels-last)."""
@@ -133,7 +154,7 @@ def _row_loops(s):
 
 
 #: the smallest normal float16; below it float16 holds multiples of 2**-24 (subnormals)
-_HALF_TINY = np.float32(2.0 ** -14)
+_HALF_TINY = np.float32(2.0**-14)
 #: adding and subtracting this rounds |v| < 0.25 to a multiple of 2**-24, to nearest even
 _HALF_SUB_ROUND = np.float32(0.75)
 
@@ -159,6 +180,7 @@ def store(dst, t):
 
 # -- statistics ---------------------------------------------------------------
 
+
 def group_statistics(x, loops, ct, centre=None):
     """Mean (float64), variance (float64) of each (n, g) of ``x`` (float ``ct``) from shifted sums.
 
@@ -174,7 +196,7 @@ def group_statistics(x, loops, ct, centre=None):
         return z, z.copy()
     xv = loops.view(x)
     with np.errstate(over="ignore", invalid="ignore"):
-        shift = (xv[:, 0, :loops.c:cpg] if loops.cl else xv[:, :, 0, 0]).astype(ct)  # each group's first element
+        shift = (xv[:, 0, : loops.c : cpg] if loops.cl else xv[:, :, 0, 0]).astype(ct)  # each group's first element
         if centre is not None:
             shift = np.where(np.isfinite(centre), centre, shift).astype(ct)
         if loops.cl:
@@ -195,7 +217,7 @@ def group_statistics(x, loops, ct, centre=None):
     for i, j in zip(*np.nonzero(redo)):
         # Exact two-pass in float64 for the rare group whose shift was poor or
         # whose float32 sums overflowed (|x| beyond ~1e19).
-        grp = (loops.rows(x)[i, :, j * cpg:(j + 1) * cpg] if loops.cl else xv[i, j]).astype(np.float64)
+        grp = (loops.rows(x)[i, :, j * cpg : (j + 1) * cpg] if loops.cl else xv[i, j]).astype(np.float64)
         mu = grp.mean()
         dev = grp - mu
         mean[i, j] = mu + dev.mean()
@@ -380,7 +402,7 @@ def fast_statistics(x, loops, ct):
 
 
 def numpy_forward(x, weight, bias, num_groups, eps, activation=None):
-    ct = accumulation_dtype(x.dtype)
+    ct = np.dtype(GROUP_NORM.compute_dtype(x.dtype))
     # 16-bit storage: one conversion serves the statistics and the apply (astype keeps the layout)
     xs = x if x.dtype == ct else x.astype(ct)
     L = _Loops(xs, num_groups)
@@ -417,7 +439,7 @@ def numpy_forward(x, weight, bias, num_groups, eps, activation=None):
 
 
 def numpy_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=None):
-    ct = accumulation_dtype(x.dtype)
+    ct = np.dtype(GROUP_NORM.compute_dtype(x.dtype))
     L = _Loops(x, num_groups)
     n, g, cpg, m = L.n, L.g, L.cpg, L.cpg * L.s
     mean_hi, mean_lo = split_mean(mean, ct)
@@ -535,7 +557,7 @@ def _combine_dx(L, t, dzv, xv, c1, c2, c3, ct):
     with _row_loops(rows.shape[1]):
         for r0 in range(0, rows.shape[0], step):
             r1 = min(r0 + step, rows.shape[0])
-            s = scratch[:r1 - r0]
+            s = scratch[: r1 - r0]
             np.multiply(xr[r0:r1], c2r[r0:r1], out=s)
             s += c3r[r0:r1]
             rows[r0:r1] += s

@@ -16,6 +16,7 @@ recomputation) and whose derivatives with respect to x are exact:
 so differentiating the result again (any order) is exact too.  It runs on any
 backend with an array namespace (NumPy, CuPy): one implementation for both.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,8 +24,9 @@ import math
 from numr_web.autograd.function import Function
 from numr_web.autograd.functions import BroadcastTo
 from numr_web.backends import backend_for
-from numr_web.layout import accumulation_dtype
-from numr_web.schema import AmpPolicy, OpSchema, register
+from numr_web.schema import schema as schema_of
+
+GROUP_NORM = schema_of("group_norm")
 
 
 def _group_shape(shape, num_groups):
@@ -35,8 +37,7 @@ def _group_shape(shape, num_groups):
 class GroupMean(Function):
     """The saved per-group mean as a function of x."""
 
-    schema = register(OpSchema("group_norm_saved_mean", 1, AmpPolicy.FORCE_FP32, True,
-                               "saved (N, G) mean of x's groups; d/dx = 1/M"))
+    schema = schema_of("group_norm_saved_mean")
 
     @staticmethod
     def forward(ctx, x4, saved_mean):
@@ -52,8 +53,7 @@ class GroupMean(Function):
 class GroupRstd(Function):
     """The saved per-group 1/sqrt(var + eps) as a function of x (and of the mean node)."""
 
-    schema = register(OpSchema("group_norm_saved_rstd", 1, AmpPolicy.FORCE_FP32, True,
-                               "saved (N, G) rstd of x's groups; d/dx_i = -rstd^3 (x_i - mean) / M"))
+    schema = schema_of("group_norm_saved_rstd")
 
     @staticmethod
     def forward(ctx, x4, mean_t, saved_rstd):
@@ -76,7 +76,7 @@ def group_norm_backward_composite(gy, x_t, w_t, b_t, mean, rstd, num_groups, act
             f"double backward of group_norm is not implemented on the {be.device!r} backend; "
             "the 'cpu' and 'cuda' backends have it (move the tensors with numr_web.to_device)"
         )
-    ct = accumulation_dtype(x_t.dtype)
+    ct = GROUP_NORM.compute_dtype(x_t.dtype)
     n, g, cpg, s = _group_shape(x_t.shape, num_groups)
     x4 = x_t.astype(ct).reshape(n, g, cpg, s)
     dy4 = gy.astype(ct).reshape(n, g, cpg, s)
@@ -103,4 +103,3 @@ def group_norm_backward_composite(gy, x_t, w_t, b_t, mean, rstd, num_groups, act
     dw = (dz * xhat).sum(axis=(0, 3)).reshape(c).astype(w_t.dtype) if w_t is not None else None
     db = dz.sum(axis=(0, 3)).reshape(c).astype(b_t.dtype) if b_t is not None else None
     return dx, dw, db
-

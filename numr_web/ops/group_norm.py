@@ -5,6 +5,7 @@
 with mean and biased variance over the C/G channels of group g and all
 spatial positions of sample n (Wu & He, 2018).
 """
+
 from __future__ import annotations
 
 import math
@@ -15,27 +16,17 @@ import numpy as np
 from numr_web.autograd.function import Function, is_grad_enabled
 from numr_web.autograd.tensor import Tensor
 from numr_web.backends import backend_for, device_of, is_array
+from numr_web.dtypes import FLOAT_DTYPES, dtype_name, is_supported_dtype
 from numr_web.errors import DeviceMismatch, ShapeMismatch
-from numr_web.layout import BFLOAT16, FLOAT_DTYPES, is_dense_channels_last, is_supported_dtype, memory_layout
-from numr_web.schema import AmpPolicy, OpSchema, register
+from numr_web.memory_layout import is_dense_channels_last, memory_layout
+from numr_web.schema import schema
 
-SCHEMA = register(OpSchema(
-    name="group_norm",
-    version=1,
-    amp_policy=AmpPolicy.FORCE_FP32,
-    produces_grad=True,
-    doc="Group Normalization (Wu & He, 2018): per-(n, g) mean and biased variance, per-channel affine, "
-        "optional fused SiLU; saves mean and rstd (N, G) for the closed-form backward.",
-))
+SCHEMA = schema("group_norm")
 
 ACTIVATIONS = (None, "silu")
 
 
 # -- validation ---------------------------------------------------------------
-
-def _dtype_name(dtype) -> str:
-    return "bfloat16" if BFLOAT16 is not None and np.dtype(dtype) == BFLOAT16 else str(np.dtype(dtype))
-
 
 #: NumPy float dtypes accepted as they are (the common case skips the generic checks)
 _NUMPY_FLOATS = frozenset(FLOAT_DTYPES)
@@ -60,7 +51,7 @@ def _array(value, name, *, optional=False):
     if not is_supported_dtype(value.dtype):
         raise TypeError(
             f"{name}: expected a floating-point dtype (float16, bfloat16, float32 or float64), "
-            f"got {_dtype_name(value.dtype)}"
+            f"got {dtype_name(value.dtype)}"
         )
     return value
 
@@ -167,6 +158,7 @@ def validate_backward(dy, x, mean, rstd, weight, bias, num_groups, activation):
 
 # -- array-level API ------------------------------------------------------------
 
+
 def group_norm_forward(x, weight, bias, num_groups, eps=1e-5, *, activation=None):
     """``(y, mean, rstd)`` for arrays; ``mean``/``rstd`` have shape ``(N, G)``."""
     x, weight, bias, num_groups, eps, activation = validate_forward(x, weight, bias, num_groups, eps, activation)
@@ -181,11 +173,13 @@ def group_norm_backward(dy, x, mean, rstd, weight, num_groups, *, bias=None, act
     is recomputed from x, mean, rstd, weight and bias.
     """
     dy, x, mean, rstd, weight, bias, num_groups, activation = validate_backward(
-        dy, x, mean, rstd, weight, bias, num_groups, activation)
+        dy, x, mean, rstd, weight, bias, num_groups, activation
+    )
     return backend_for(x).group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation)
 
 
 # -- autograd -------------------------------------------------------------------
+
 
 class GroupNormFunction(Function):
     schema = SCHEMA
@@ -209,13 +203,18 @@ class GroupNormFunction(Function):
             b = b_t.data if isinstance(b_t, Tensor) else b_t
             x = _normalize_layout(x)
             dx, dw, db = backend_for(x).group_norm_backward(
-                _normalize_layout(gy.data), x, mean, rstd, w, b, num_groups, activation)
+                _normalize_layout(gy.data), x, mean, rstd, w, b, num_groups, activation
+            )
             if w is None and b is not None and needs[2]:
                 db = _bias_grad_without_weight(gy, x, mean, rstd, b, num_groups, activation)
-            return (Tensor(dx) if needs[0] else None,
-                    Tensor(dw) if needs[1] and dw is not None else None,
-                    Tensor(db) if needs[2] and db is not None else None,
-                    None, None, None)
+            return (
+                Tensor(dx) if needs[0] else None,
+                Tensor(dw) if needs[1] and dw is not None else None,
+                Tensor(db) if needs[2] and db is not None else None,
+                None,
+                None,
+                None,
+            )
         # create_graph: the same closed form, built from differentiable operations
         from numr_web.ops.composite import group_norm_backward_composite
 
@@ -257,4 +256,3 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, activation=No
     w_t = _as_tensor(weight, "weight")
     b_t = _as_tensor(bias, "bias")
     return GroupNormFunction.apply(x_t, w_t, b_t, num_groups, eps, activation)
-

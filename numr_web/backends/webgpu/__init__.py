@@ -10,6 +10,7 @@ device is created on first use.  Layers:
 * ``group_norm``     -- the GroupNorm launches (chunking, variant choice);
 * ``backend``        -- ``BACKEND``, the object the registry uses.
 """
+
 from numr_web.backends.webgpu.array import WebGPUArray
 from numr_web.backends.webgpu.backend import BACKEND, WebGPUBackend
 from numr_web.backends.webgpu.device import configure

@@ -5,6 +5,7 @@ for an NCHW-shaped array); ``strides`` (bytes) say which, as in NumPy.
 Arithmetic, ``sum``/``mean``, ``reshape``, ``astype`` and ``copy`` run as WGSL
 kernels on the device: autograd over these arrays never visits the host.
 """
+
 from __future__ import annotations
 
 import math
@@ -12,14 +13,8 @@ import numbers
 
 import numpy as np
 
-from numr_web.backends.webgpu import device as _device
-
-try:
-    import ml_dtypes as _mld
-
-    BFLOAT16 = np.dtype(_mld.bfloat16)
-except ImportError:  # pragma: no cover
-    BFLOAT16 = None
+from numr_web.dtypes import BFLOAT16
+from numr_web.memory_layout import contiguous_strides, memory_order
 
 SUPPORTED = tuple(d for d in (np.dtype(np.float32), np.dtype(np.float16), BFLOAT16) if d is not None)
 
@@ -36,22 +31,13 @@ def as_dtype(dtype) -> np.dtype:
     if dt is None or dt not in SUPPORTED:
         raise TypeError(
             f"dtype: WebGPU arrays hold float32, float16 or bfloat16, got {dtype!r}"
-            + ("; WGSL has no float64: convert with .astype(np.float32) or use the 'cpu' or 'cuda' device"
-               if dt is not None and dt == np.float64 else ""))
+            + (
+                "; WGSL has no float64: convert with .astype(np.float32) or use the 'cpu' or 'cuda' device"
+                if dt is not None and dt == np.float64
+                else ""
+            )
+        )
     return dt
-
-
-def c_strides(shape, itemsize):
-    out, acc = [], itemsize
-    for n in reversed(shape):
-        out.append(acc)
-        acc *= max(int(n), 1)
-    return tuple(reversed(out))
-
-
-def memory_order(shape, strides):
-    """The axis order of the buffer, outermost first (a permutation of the axes)."""
-    return tuple(sorted(range(len(shape)), key=lambda a: (-strides[a], a)))
 
 
 def _is_scalar(v):
@@ -63,14 +49,14 @@ class WebGPUArray:
 
     __numr_web_array__ = True
     device = "webgpu"
-    __array_ufunc__ = None       # NumPy defers to our reflected operators instead of iterating us
+    __array_ufunc__ = None  # NumPy defers to our reflected operators instead of iterating us
     __array_priority__ = 1000
 
     def __init__(self, storage, shape, dtype, strides=None):
         self._storage = storage
         self.shape = tuple(int(n) for n in shape)
         self.dtype = np.dtype(dtype)
-        self.strides = tuple(strides) if strides is not None else c_strides(self.shape, self.dtype.itemsize)
+        self.strides = tuple(strides) if strides is not None else contiguous_strides(self.shape, self.dtype.itemsize)
 
     # -- NumPy-like attributes -------------------------------------------------
     @property
@@ -107,12 +93,14 @@ class WebGPUArray:
 
             raise BackendUnavailable(
                 "this array lived on a WebGPU device that was lost (driver reset or destroyed); "
-                "the next call uses a new device: move the data there again with numr_web.to_device")
+                "the next call uses a new device: move the data there again with numr_web.to_device"
+            )
 
     @property
     def is_c_contiguous(self):
-        return all(n == 1 or s == e for n, s, e in
-                   zip(self.shape, self.strides, c_strides(self.shape, self.itemsize)))
+        return all(
+            n == 1 or s == e for n, s, e in zip(self.shape, self.strides, contiguous_strides(self.shape, self.itemsize))
+        )
 
     @property
     def order(self):
@@ -173,16 +161,35 @@ class WebGPUArray:
             return ops.scalar_op(self, float(other), rcode if reflected else code)
         return NotImplemented
 
-    def __add__(self, o): return self._bin(o, "add", "add")
-    def __radd__(self, o): return self._bin(o, "add", "add", True)
-    def __sub__(self, o): return self._bin(o, "sub", "rsub")
-    def __rsub__(self, o): return self._bin(o, "sub", "rsub", True)
-    def __mul__(self, o): return self._bin(o, "mul", "mul")
-    def __rmul__(self, o): return self._bin(o, "mul", "mul", True)
-    def __truediv__(self, o): return self._bin(o, "div", "rdiv")
-    def __rtruediv__(self, o): return self._bin(o, "div", "rdiv", True)
-    def __pow__(self, o): return self._bin(o, "pow", "rpow")
-    def __rpow__(self, o): return self._bin(o, "pow", "rpow", True)
+    def __add__(self, o):
+        return self._bin(o, "add", "add")
+
+    def __radd__(self, o):
+        return self._bin(o, "add", "add", True)
+
+    def __sub__(self, o):
+        return self._bin(o, "sub", "rsub")
+
+    def __rsub__(self, o):
+        return self._bin(o, "sub", "rsub", True)
+
+    def __mul__(self, o):
+        return self._bin(o, "mul", "mul")
+
+    def __rmul__(self, o):
+        return self._bin(o, "mul", "mul", True)
+
+    def __truediv__(self, o):
+        return self._bin(o, "div", "rdiv")
+
+    def __rtruediv__(self, o):
+        return self._bin(o, "div", "rdiv", True)
+
+    def __pow__(self, o):
+        return self._bin(o, "pow", "rpow")
+
+    def __rpow__(self, o):
+        return self._bin(o, "pow", "rpow", True)
 
     def __neg__(self):
         from numr_web.backends.webgpu import ops

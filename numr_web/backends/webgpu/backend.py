@@ -1,4 +1,5 @@
 """The WebGPU backend object the registry finds as ``numr_web.backends.webgpu.BACKEND``."""
+
 from __future__ import annotations
 
 import time
@@ -9,12 +10,18 @@ from numr_web.backends.base import Backend
 from numr_web.backends.webgpu import device as _device
 from numr_web.backends.webgpu import group_norm as _gn
 from numr_web.backends.webgpu import ops
-from numr_web.backends.webgpu.array import WebGPUArray, as_dtype, c_strides, memory_order
+from numr_web.backends.webgpu.array import WebGPUArray, as_dtype
 from numr_web.backends.webgpu.device import Scratch
+from numr_web.memory_layout import channels_last_perm, contiguous_strides, memory_layout
 
-_KEY_LIMITS = ("max-storage-buffer-binding-size", "max-buffer-size", "max-compute-workgroup-storage-size",
-               "max-compute-invocations-per-workgroup", "max-compute-workgroups-per-dimension",
-               "min-storage-buffer-offset-alignment")
+_KEY_LIMITS = (
+    "max-storage-buffer-binding-size",
+    "max-buffer-size",
+    "max-compute-workgroup-storage-size",
+    "max-compute-invocations-per-workgroup",
+    "max-compute-workgroups-per-dimension",
+    "min-storage-buffer-offset-alignment",
+)
 
 
 def _lost_guard(fn=None, *, retry=False):
@@ -42,7 +49,9 @@ def _lost_guard(fn=None, *, retry=False):
 
             raise BackendUnavailable(
                 "the WebGPU device was lost (driver reset or destroyed); the next call requests a new "
-                "device: move the arrays there again with numr_web.to_device") from exc
+                "device: move the arrays there again with numr_web.to_device"
+            ) from exc
+
     wrapper.__name__ = fn.__name__
     wrapper.__doc__ = fn.__doc__
     return wrapper
@@ -80,16 +89,22 @@ class WebGPUBackend(Backend):
             return d
         ctx = _device.context()
         i = ctx.dev.info
-        d.update({
-            "adapter": i["adapter"], "vendor": i["vendor"], "description": i["description"],
-            "backend": i["backend"], "adapter type": i["adapter_type"], "transport": i["transport"],
-            "features (device)": ", ".join(sorted(ctx.dev.features)),
-            "features (adapter)": ", ".join(sorted(ctx.dev.adapter_features)),
-            "float16 storage": "shader-f16" if ctx.dtype_key("float16") == "f16" else "pack2x16float (u32 pairs)",
-            "bfloat16 storage": "u32 pairs (bit shifts)",
-            "copy kernel (bench yardstick)": self._copy_variant or
-            "the faster of copy_vec4 and copy_grid, timed on the first copy",
-        })
+        d.update(
+            {
+                "adapter": i["adapter"],
+                "vendor": i["vendor"],
+                "description": i["description"],
+                "backend": i["backend"],
+                "adapter type": i["adapter_type"],
+                "transport": i["transport"],
+                "features (device)": ", ".join(sorted(ctx.dev.features)),
+                "features (adapter)": ", ".join(sorted(ctx.dev.adapter_features)),
+                "float16 storage": "shader-f16" if ctx.dtype_key("float16") == "f16" else "pack2x16float (u32 pairs)",
+                "bfloat16 storage": "u32 pairs (bit shifts)",
+                "copy kernel (bench yardstick)": self._copy_variant
+                or "the faster of copy_vec4 and copy_grid, timed on the first copy",
+            }
+        )
         for k in _KEY_LIMITS:
             if k in ctx.dev.limits:
                 d[k] = ctx.dev.limits[k]
@@ -99,19 +114,14 @@ class WebGPUBackend(Backend):
     @_lost_guard(retry=True)
     def from_numpy(self, array):
         a = np.asarray(array)
-        if a.dtype == np.float64 or a.dtype.kind in "iub":
-            as_dtype(a.dtype)  # raises the TypeError with the reason
-        dt = as_dtype(a.dtype)
+        dt = as_dtype(a.dtype)  # a TypeError with the reason for float64 and the rest
         ctx = _device.context()
-        order = memory_order(a.shape, a.strides)
-        from numr_web.layout import memory_layout, channels_last_perm
-
         if a.ndim >= 3 and memory_layout(a.shape, a.strides, a.itemsize) == "nhwc":
             order = channels_last_perm(a.ndim)
         else:
             order = tuple(range(a.ndim))
         phys = np.ascontiguousarray(a.transpose(order))
-        pstrides = c_strides(phys.shape, a.itemsize)
+        pstrides = contiguous_strides(phys.shape, a.itemsize)
         strides = [0] * a.ndim
         for i, d in enumerate(order):
             strides[d] = pstrides[i]
@@ -186,8 +196,10 @@ class WebGPUBackend(Backend):
     def copy_times(self, array, repeat=5):
         """Seconds per copy for every copy kernel (for the benchmark's notes)."""
         out = ops.empty_like(array)
-        return {v: sorted(self.timer(lambda: ops.device_copy(array, v, out), repeat))[repeat // 2]
-                for v in ops.COPY_VARIANTS}
+        return {
+            v: sorted(self.timer(lambda: ops.device_copy(array, v, out), repeat))[repeat // 2]
+            for v in ops.COPY_VARIANTS
+        }
 
     @_lost_guard
     def full_like(self, array, value):

@@ -5,6 +5,7 @@ device on first use and again after a loss; ``launch()`` is the one way to
 run a WGSL kernel (source assembly -> cached pipeline -> dispatch), whichever
 transport is underneath.
 """
+
 from __future__ import annotations
 
 import threading
@@ -19,9 +20,9 @@ INSTALL_HINT = (
     "(Debian/Ubuntu: apt-get install mesa-vulkan-drivers libvulkan1)"
 )
 
-ALIGN = 16                 # every buffer is padded to whole 16-byte units (kernels write whole vec4s)
-OFFSET_ALIGN = 256         # WebGPU's default minStorageBufferOffsetAlignment
-MAX_DISPATCH = 65535       # workgroups per grid dimension
+ALIGN = 16  # every buffer is padded to whole 16-byte units (kernels write whole vec4s)
+OFFSET_ALIGN = 256  # WebGPU's default minStorageBufferOffsetAlignment
+MAX_DISPATCH = 65535  # workgroups per grid dimension
 _POOL_IDLE_BYTES = 768 << 20
 
 
@@ -43,10 +44,10 @@ class Context:
         self.dev = dev
         self.generation = generation
         self.pipelines = {}
-        self.pool = {}            # size -> [buffers]
+        self.pool = {}  # size -> [buffers]
         self.pool_bytes = 0
         self.live_bytes = 0
-        self.created = 0          # buffers ever created on this device (tests: memory stays flat)
+        self.created = 0  # buffers ever created on this device (tests: memory stays flat)
         self.use_shader_f16 = "shader-f16" in dev.features
         self.max_binding = int(dev.limits.get("max-storage-buffer-binding-size", 128 << 20))
         self.max_buffer = int(dev.limits.get("max-buffer-size", 256 << 20))

@@ -1,4 +1,5 @@
 """GroupNorm launches: which WGSL variant, how the work is cut, chunking."""
+
 from __future__ import annotations
 
 import math
@@ -10,9 +11,9 @@ import numpy as np
 from numr_web.backends.webgpu import ops
 from numr_web.backends.webgpu.array import WebGPUArray
 from numr_web.backends.webgpu.device import OFFSET_ALIGN, Scratch, round_up
-from numr_web.layout import memory_layout
+from numr_web.memory_layout import memory_layout
 
-WG = 64            # threads per (n, g) workgroup
+WG = 64  # threads per (n, g) workgroup
 F32 = np.dtype(np.float32)
 
 
@@ -65,7 +66,8 @@ def plan_pieces_cpu(a_count: int, steps: int, simd: int = 8, max_wg: int = 256):
         raise ValueError(
             f"x: a group of {a_count} x {steps} steps is more than one workgroup may loop over on this "
             f"software adapter (lavapipe stops an invocation after 65535 loop iterations); "
-            f"use more groups, a smaller input, or the cpu device")
+            f"use more groups, a smaller input, or the cpu device"
+        )
     wg = min(max_wg, max(simd, -(-(a_count * best_p) // simd) * simd))
     return best_p, wg
 
@@ -115,21 +117,44 @@ class Layout:
             what = "sample (channels-last)" if self.nhwc else "group"
             raise ValueError(
                 f"x: one {what} holds {unit_bytes} bytes, more than this adapter binds at once "
-                f"(maxStorageBufferBindingSize {max_binding}); use fewer elements per group or the cpu/cuda device")
+                f"(maxStorageBufferBindingSize {max_binding}); use fewer elements per group or the cpu/cuda device"
+            )
         u0 = 0
         while u0 < total_units:
             u1 = min(total_units, u0 + per)
             start = u0 * unit_bytes
             off = start // OFFSET_ALIGN * OFFSET_ALIGN
             size = round_up(u1 * unit_bytes, 16) - off
-            yield (u0 * per_unit_groups, (u1 - u0) * per_unit_groups, off, size,
-                   (start - off) // self.isz, (u1 - u0) * unit_elems)
+            yield (
+                u0 * per_unit_groups,
+                (u1 - u0) * per_unit_groups,
+                off,
+                size,
+                (start - off) // self.isz,
+                (u1 - u0) * unit_elems,
+            )
             u0 = u1
 
     def params(self, x_base, g_first, ngroups, eps=0.0):
-        return struct.pack("<12I2f2I", self.C, self.HW, self.G, self.Cg, self.A, self.P, self.items,
-                           self.steps, x_base, g_first, ngroups, self.M, float(eps),
-                           1.0 / self.M if self.M else 0.0, 0, 0)
+        return struct.pack(
+            "<12I2f2I",
+            self.C,
+            self.HW,
+            self.G,
+            self.Cg,
+            self.A,
+            self.P,
+            self.items,
+            self.steps,
+            x_base,
+            g_first,
+            ngroups,
+            self.M,
+            float(eps),
+            1.0 / self.M if self.M else 0.0,
+            0,
+            0,
+        )
 
     def workgroups(self, ngroups):
         return ngroups
@@ -141,7 +166,7 @@ class Layout:
         return {"NHWC": self.nhwc, "VEC": self.vec, "APPLY": apply, "SILU": silu, "AFFINE": affine, "WG": self.wg}
 
 
-MAXGB = 64   # workgroup array size in group_norm_nhwc.wgsl
+MAXGB = 64  # workgroup array size in group_norm_nhwc.wgsl
 #: CPU adapters: widen channels-last blocks until a block's row segment has this many bytes.
 #: Measured on lavapipe at (8,320,64,64) G=32: 0 (narrowest blocks, the group slab stays in L2
 #: for the second sweep) 0.26 of the vec4 copy, 128 bytes 0.23, 512 bytes 0.17.
@@ -167,9 +192,25 @@ class BlockLayout:
 
     def params(self, x_base, g_first, ngroups, eps=0.0):
         L = self.L
-        return struct.pack("<12I2f2I", L.C, L.HW, L.G, L.Cg, self.A, self.P, self.items, self.GB,
-                           x_base, g_first // L.G, ngroups // self.GB, L.M, float(eps),
-                           1.0 / L.M if L.M else 0.0, 0, 0)
+        return struct.pack(
+            "<12I2f2I",
+            L.C,
+            L.HW,
+            L.G,
+            L.Cg,
+            self.A,
+            self.P,
+            self.items,
+            self.GB,
+            x_base,
+            g_first // L.G,
+            ngroups // self.GB,
+            L.M,
+            float(eps),
+            1.0 / L.M if L.M else 0.0,
+            0,
+            0,
+        )
 
     def constants(self, silu, affine):
         return {"SILU": silu, "AFFINE": affine, "WG": self.wg, "MAXGB": MAXGB}
@@ -191,8 +232,11 @@ def _f32_param(v):
 
 def _whole(ctx, arr_or_buf):
     buf = arr_or_buf.buffer if isinstance(arr_or_buf, (WebGPUArray, Scratch)) else arr_or_buf
-    size = arr_or_buf.size if isinstance(arr_or_buf, Scratch) else (
-        arr_or_buf._storage.size if isinstance(arr_or_buf, WebGPUArray) else 256)
+    size = (
+        arr_or_buf.size
+        if isinstance(arr_or_buf, Scratch)
+        else (arr_or_buf._storage.size if isinstance(arr_or_buf, WebGPUArray) else 256)
+    )
     return (buf, 0, min(size, ctx.max_binding))
 
 
@@ -227,26 +271,51 @@ def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation=None):
     if _block_path(L):
         K = BlockLayout(L, ctx.cpu_adapter)
         part_per_group = K.items * 32 // K.GB
-        for g_first, ngroups, off, size, x_base, count in L.chunks(ctx.max_binding, part_per_group):
+        for g_first, ngroups, off, size, x_base, _count in L.chunks(ctx.max_binding, part_per_group):
             xb = (x.buffer, off, size)
             part = Scratch(ctx, ngroups * part_per_group)
-            ctx.launch("group_norm_nhwc.wgsl", "forward", {"X": key, "DY": key, "Y": key},
-                       K.constants(silu, affine),
-                       [xb, xb, (y.buffer, off, size), *wb, _whole(ctx, mean), _whole(ctx, rstd),
-                        _whole(ctx, part), ctx.dummy_rw(0), ctx.dummy_rw(1)],
-                       ngroups // K.GB, K.params(x_base, g_first, ngroups, eps))
+            ctx.launch(
+                "group_norm_nhwc.wgsl",
+                "forward",
+                {"X": key, "DY": key, "Y": key},
+                K.constants(silu, affine),
+                [
+                    xb,
+                    xb,
+                    (y.buffer, off, size),
+                    *wb,
+                    _whole(ctx, mean),
+                    _whole(ctx, rstd),
+                    _whole(ctx, part),
+                    ctx.dummy_rw(0),
+                    ctx.dummy_rw(1),
+                ],
+                ngroups // K.GB,
+                K.params(x_base, g_first, ngroups, eps),
+            )
         return y, mean, rstd
     for g_first, ngroups, off, size, x_base, count in L.chunks(ctx.max_binding):
         xb = (x.buffer, off, size)
         yb = (y.buffer, off, size)
-        ctx.launch("group_norm_forward.wgsl", "main", dt, L.constants(L.fused, silu, affine),
-                   [xb, yb, *wb, _whole(ctx, mean), _whole(ctx, rstd), _whole(ctx, aux)],
-                   L.workgroups(ngroups), L.params(x_base, g_first, ngroups, eps))
+        ctx.launch(
+            "group_norm_forward.wgsl",
+            "main",
+            dt,
+            L.constants(L.fused, silu, affine),
+            [xb, yb, *wb, _whole(ctx, mean), _whole(ctx, rstd), _whole(ctx, aux)],
+            L.workgroups(ngroups),
+            L.params(x_base, g_first, ngroups, eps),
+        )
         if not L.fused:
-            ctx.launch("group_norm_flat.wgsl", "apply", {"X": key, "DY": key, "Y": key},
-                       {"NHWC": L.nhwc, "SILU": silu, "AFFINE": affine},
-                       [xb, xb, yb, *wb, _whole(ctx, aux), _whole(ctx, mean), _whole(ctx, rstd)],
-                       -(-count // 1024), L.flat_params(x_base, g_first, count))
+            ctx.launch(
+                "group_norm_flat.wgsl",
+                "apply",
+                {"X": key, "DY": key, "Y": key},
+                {"NHWC": L.nhwc, "SILU": silu, "AFFINE": affine},
+                [xb, xb, yb, *wb, _whole(ctx, aux), _whole(ctx, mean), _whole(ctx, rstd)],
+                -(-count // 1024),
+                L.flat_params(x_base, g_first, count),
+            )
     return y, mean, rstd
 
 
@@ -283,32 +352,69 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
     if L.N * L.G > 0 and L.M > 0:
         key = ctx.dtype_key(x.dtype.name)
         dt = {"X": key, "DY": key, "DX": key}
-        wb = [_whole(ctx, w_eff) if use_w else _whole(ctx, ctx.dummy),
-              _whole(ctx, b) if use_w else _whole(ctx, ctx.dummy)]
+        wb = [
+            _whole(ctx, w_eff) if use_w else _whole(ctx, ctx.dummy),
+            _whole(ctx, b) if use_w else _whole(ctx, ctx.dummy),
+        ]
         if _block_path(L):
             K = BlockLayout(L, ctx.cpu_adapter)
             part_per_group = K.items * 48 // K.GB
-            for g_first, ngroups, off, size, x_base, count in L.chunks(ctx.max_binding, part_per_group):
+            for g_first, ngroups, off, size, x_base, _count in L.chunks(ctx.max_binding, part_per_group):
                 part = Scratch(ctx, ngroups * part_per_group)
-                ctx.launch("group_norm_nhwc.wgsl", "backward", dt2(key), K.constants(silu, use_w),
-                           [(x.buffer, off, size), (dy.buffer, off, size), (dx.buffer, off, size), *wb,
-                            _whole(ctx, mean), _whole(ctx, rstd), _whole(ctx, part), _whole(ctx, dsdb),
-                            _whole(ctx, coef)],
-                           ngroups // K.GB, K.params(x_base, g_first, ngroups))
+                ctx.launch(
+                    "group_norm_nhwc.wgsl",
+                    "backward",
+                    dt2(key),
+                    K.constants(silu, use_w),
+                    [
+                        (x.buffer, off, size),
+                        (dy.buffer, off, size),
+                        (dx.buffer, off, size),
+                        *wb,
+                        _whole(ctx, mean),
+                        _whole(ctx, rstd),
+                        _whole(ctx, part),
+                        _whole(ctx, dsdb),
+                        _whole(ctx, coef),
+                    ],
+                    ngroups // K.GB,
+                    K.params(x_base, g_first, ngroups),
+                )
         part_per_group = L.items * 32
-        for g_first, ngroups, off, size, x_base, count in ([] if _block_path(L) else
-                                                          L.chunks(ctx.max_binding, part_per_group)):
+        for g_first, ngroups, off, size, x_base, count in (
+            [] if _block_path(L) else L.chunks(ctx.max_binding, part_per_group)
+        ):
             xb, dyb, dxb = (x.buffer, off, size), (dy.buffer, off, size), (dx.buffer, off, size)
             part = Scratch(ctx, ngroups * part_per_group)
-            ctx.launch("group_norm_backward.wgsl", "main", dt, L.constants(L.fused, silu, use_w),
-                       [xb, dyb, dxb, *wb, _whole(ctx, mean), _whole(ctx, rstd), _whole(ctx, part),
-                        _whole(ctx, dsdb), _whole(ctx, coef)],
-                       L.workgroups(ngroups), L.params(x_base, g_first, ngroups))
+            ctx.launch(
+                "group_norm_backward.wgsl",
+                "main",
+                dt,
+                L.constants(L.fused, silu, use_w),
+                [
+                    xb,
+                    dyb,
+                    dxb,
+                    *wb,
+                    _whole(ctx, mean),
+                    _whole(ctx, rstd),
+                    _whole(ctx, part),
+                    _whole(ctx, dsdb),
+                    _whole(ctx, coef),
+                ],
+                L.workgroups(ngroups),
+                L.params(x_base, g_first, ngroups),
+            )
             if not L.fused:
-                ctx.launch("group_norm_flat.wgsl", "dx", {"X": key, "DY": key, "Y": key},
-                           {"NHWC": L.nhwc, "SILU": silu, "AFFINE": use_w},
-                           [xb, dyb, dxb, *wb, _whole(ctx, coef), _whole(ctx, mean), _whole(ctx, rstd)],
-                           -(-count // 1024), L.flat_params(x_base, g_first, count))
+                ctx.launch(
+                    "group_norm_flat.wgsl",
+                    "dx",
+                    {"X": key, "DY": key, "Y": key},
+                    {"NHWC": L.nhwc, "SILU": silu, "AFFINE": use_w},
+                    [xb, dyb, dxb, *wb, _whole(ctx, coef), _whole(ctx, mean), _whole(ctx, rstd)],
+                    -(-count // 1024),
+                    L.flat_params(x_base, g_first, count),
+                )
     if weight is None:
         return dx, None, None
     dweight = ops.empty(ctx, (L.C,), F32)
@@ -318,9 +424,15 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
             dweight = ops.full(ctx, (L.C,), F32, 0.0)
             dbias = ops.full(ctx, (L.C,), F32, 0.0)
         else:
-            ctx.launch("group_norm_dweight.wgsl", "main", {}, {},
-                       [_whole(ctx, dsdb), _whole(ctx, rstd), _whole(ctx, dweight), _whole(ctx, dbias),
-                        _whole(ctx, coef)], -(-L.C // 64), struct.pack("<4I", L.N, L.C, L.G, L.Cg))
+            ctx.launch(
+                "group_norm_dweight.wgsl",
+                "main",
+                {},
+                {},
+                [_whole(ctx, dsdb), _whole(ctx, rstd), _whole(ctx, dweight), _whole(ctx, dbias), _whole(ctx, coef)],
+                -(-L.C // 64),
+                struct.pack("<4I", L.N, L.C, L.G, L.Cg),
+            )
     if weight.dtype != F32:
         dweight, dbias = ops.convert(dweight, weight.dtype), ops.convert(dbias, weight.dtype)
     return dx, dweight, dbias

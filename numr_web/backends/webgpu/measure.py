@@ -8,6 +8,7 @@ the ratios are medians of per-round ratios.  Throughput counts the bytes a
 kernel must move: forward reads x and writes y (2 x bytes), backward reads x
 and dy and writes dx (3 x bytes), a copy reads and writes once (2 x bytes).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,11 @@ def main(argv=None):
     ap.add_argument("--layout", choices=["nchw", "nhwc"], default="nchw")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--no-shader-f16", action="store_true",
-                    help="store float16 as u32 pairs (pack2x16float) even where shader-f16 exists")
+    ap.add_argument(
+        "--no-shader-f16",
+        action="store_true",
+        help="store float16 as u32 pairs (pack2x16float) even where shader-f16 exists",
+    )
     args = ap.parse_args(argv)
     if args.no_shader_f16:
         from numr_web.backends.webgpu import configure
@@ -34,7 +38,7 @@ def main(argv=None):
     from numr_web.backends.webgpu import BACKEND as be
     from numr_web.backends.webgpu import ops
     from numr_web.backends.webgpu.array import as_dtype
-    from numr_web.layout import as_channels_last
+    from numr_web.memory_layout import as_channels_last
 
     *dims, G = (int(v) for v in args.shape.split(","))
     dt = as_dtype(args.dtype)
@@ -47,12 +51,14 @@ def main(argv=None):
     X, DY, W = (numr_web.to_device(a, "webgpu") for a in (x, dy, w))
     _, mean, rstd = be.group_norm_forward(X, W, W, G, 1e-5)
     out = ops.empty_like(X)
-    fns = {"forward": lambda: be.group_norm_forward(X, W, W, G, 1e-5),
-           "backward": lambda: be.group_norm_backward(DY, X, mean, rstd, W, W, G)}
+    fns = {
+        "forward": lambda: be.group_norm_forward(X, W, W, G, 1e-5),
+        "backward": lambda: be.group_norm_backward(DY, X, mean, rstd, W, W, G),
+    }
     for v in ops.COPY_VARIANTS:
-        fns[v] = (lambda v=v: ops.device_copy(X, v, out))
+        fns[v] = lambda v=v: ops.device_copy(X, v, out)
     samples = {k: [] for k in fns}
-    for k, f in fns.items():
+    for f in fns.values():
         be.timer(f, 1, 1)
     for _ in range(args.rounds):
         for k, f in fns.items():
@@ -60,9 +66,11 @@ def main(argv=None):
     med = {k: statistics.median(v) for k, v in samples.items()}
     nb = x.nbytes
     info = be.info()
-    print(f"adapter: {info['adapter']} ({info['backend']}, {info['adapter type']}); shape {tuple(dims)} G={G} "
-          f"{dt.name} {args.layout}; float16 storage: {info['float16 storage']}; "
-          f"{args.rounds} interleaved rounds, medians")
+    print(
+        f"adapter: {info['adapter']} ({info['backend']}, {info['adapter type']}); shape {tuple(dims)} G={G} "
+        f"{dt.name} {args.layout}; float16 storage: {info['float16 storage']}; "
+        f"{args.rounds} interleaved rounds, medians"
+    )
     for k in fns:
         moved = 3 * nb if k == "backward" else 2 * nb
         print(f"  {k:12s} {med[k] * 1e3:8.3f} ms  {moved / med[k] / 1e9:6.2f} GB/s")
@@ -70,8 +78,11 @@ def main(argv=None):
     for ref in (yard, "copy_ranges"):
         f = statistics.median((2 * nb / a) / (2 * nb / c) for a, c in zip(samples["forward"], samples[ref]))
         b = statistics.median((3 * nb / a) / (2 * nb / c) for a, c in zip(samples["backward"], samples[ref]))
-        tag = "yardstick: faster of one-vec4-per-thread and grid-stride" if ref == yard else \
-            "stricter: contiguous per-thread ranges"
+        tag = (
+            "yardstick: faster of one-vec4-per-thread and grid-stride"
+            if ref == yard
+            else "stricter: contiguous per-thread ranges"
+        )
         print(f"  of {ref} throughput ({tag}): forward {f:.2f}, backward {b:.2f}")
 
 

@@ -1,4 +1,5 @@
 """Launch code for the generic kernels: elementwise, sums, conversions, copies."""
+
 from __future__ import annotations
 
 import math
@@ -6,9 +7,9 @@ import struct
 
 import numpy as np
 
-from numr_web.backends.webgpu import device as _device
-from numr_web.backends.webgpu.array import WebGPUArray, c_strides, memory_order
+from numr_web.backends.webgpu.array import WebGPUArray
 from numr_web.backends.webgpu.device import Scratch
+from numr_web.memory_layout import contiguous_strides, memory_order
 
 BINARY = {"add": 0, "sub": 1, "mul": 2, "div": 3, "pow": 4}
 SCALAR = {"add": 10, "sub": 11, "rsub": 12, "mul": 13, "div": 14, "rdiv": 15, "pow": 16, "rpow": 17}
@@ -46,7 +47,8 @@ def _check_binding(ctx, *arrays):
             raise ValueError(
                 f"a {a.nbytes}-byte array is past this adapter's maxStorageBufferBindingSize "
                 f"({ctx.max_binding} bytes): elementwise ops and sums take arrays up to that size "
-                "(GroupNorm itself processes larger inputs in chunks)")
+                "(GroupNorm itself processes larger inputs in chunks)"
+            )
 
 
 def _elementwise(ctx, code, y, a, b, scalar=0.0, meta_shape=None, sa=None, sb=None):
@@ -61,12 +63,12 @@ def _elementwise(ctx, code, y, a, b, scalar=0.0, meta_shape=None, sa=None, sb=No
     meta = _u32(count, code, rank, _f32bits(scalar), *meta_shape, *sa, *sb)
     abuf = a if a is not None else None
     bbuf = b if b is not None else None
-    dtypes = {"A": _key(ctx, a.dtype if a is not None else y.dtype),
-              "B": _key(ctx, b.dtype if b is not None else y.dtype),
-              "Y": _key(ctx, y.dtype)}
-    binds = [abuf.buffer if abuf is not None else ctx.dummy,
-             bbuf.buffer if bbuf is not None else ctx.dummy,
-             y.buffer]
+    dtypes = {
+        "A": _key(ctx, a.dtype if a is not None else y.dtype),
+        "B": _key(ctx, b.dtype if b is not None else y.dtype),
+        "Y": _key(ctx, y.dtype),
+    }
+    binds = [abuf.buffer if abuf is not None else ctx.dummy, bbuf.buffer if bbuf is not None else ctx.dummy, y.buffer]
     binds = [(bb, 0, _whole(ctx, bb)) for bb in binds]
     units = -(-count // 4)
     ctx.launch("elementwise.wgsl", "main", dtypes, {"FLAT": flat}, binds, -(-units // 256), meta)
@@ -121,8 +123,9 @@ def binary(a: WebGPUArray, b: WebGPUArray, name: str) -> WebGPUArray:
     if y.size == 0:
         return y
     _check_binding(ctx, y)
-    return _elementwise(ctx, BINARY[name], y, a, b, 0.0, shape or (1,),
-                        _bstrides(a, shape) or [0], _bstrides(b, shape) or [0])
+    return _elementwise(
+        ctx, BINARY[name], y, a, b, 0.0, shape or (1,), _bstrides(a, shape) or [0], _bstrides(b, shape) or [0]
+    )
 
 
 def scalar_op(a: WebGPUArray, s: float, name: str) -> WebGPUArray:
@@ -159,7 +162,7 @@ def convert(a: WebGPUArray, dtype, c_order=False, order=None) -> WebGPUArray:
         return _elementwise(ctx, UNARY["copy"], empty_like(a, dtype), a, None)
     order = tuple(range(a.ndim)) if order is None else tuple(order)
     phys = tuple(a.shape[d] for d in order)
-    pstr = c_strides(phys, dtype.itemsize)
+    pstr = contiguous_strides(phys, dtype.itemsize)
     strides = [0] * a.ndim
     for i, d in enumerate(order):
         strides[d] = pstr[i]
@@ -228,8 +231,9 @@ def reduce_sum(a: WebGPUArray, axis, keepdims, mean) -> WebGPUArray:
     axes = _normalize_axes(axis, a.ndim)
     es = a.element_strides()
     kept = [d for d in range(a.ndim) if d not in axes]
-    out_shape = tuple(1 if d in axes else a.shape[d] for d in range(a.ndim)) if keepdims else \
-        tuple(a.shape[d] for d in kept)
+    out_shape = (
+        tuple(1 if d in axes else a.shape[d] for d in range(a.ndim)) if keepdims else tuple(a.shape[d] for d in kept)
+    )
     kshape = [a.shape[d] for d in kept]
     kstr = [es[d] for d in kept]
     rshape, rstr = _collapse([a.shape[d] for d in axes], [es[d] for d in axes])
@@ -263,9 +267,15 @@ def _reduce(ctx, a, y, O, S, R, kshape, kstr, rshape, rstr, scale):
     meta = _u32(total, S, R, len(kshape), len(rshape), _f32bits(scale), *kshape, *kstr, *rshape, *rstr)
     dtypes = {"A": _key(ctx, a.dtype), "Y": _key(ctx, y.dtype)}
     units = -(-total // 4)
-    ctx.launch("reduce.wgsl", "main", dtypes, {}, [a, y] if False else
-               [(a.buffer, 0, _whole(ctx, a.buffer)), (y.buffer, 0, _whole(ctx, y.buffer))],
-               -(-units // 64), meta)
+    ctx.launch(
+        "reduce.wgsl",
+        "main",
+        dtypes,
+        {},
+        [a, y] if False else [(a.buffer, 0, _whole(ctx, a.buffer)), (y.buffer, 0, _whole(ctx, y.buffer))],
+        -(-units // 64),
+        meta,
+    )
 
 
 # -- the benchmark's yardstick ---------------------------------------------------
@@ -299,6 +309,13 @@ def device_copy(a: WebGPUArray, variant="copy_vec4", out=None) -> WebGPUArray:
     if variant == "copy_grid":
         threads = wgs * 256
     meta = _u32(units, per, threads, 0)
-    ctx.launch("copy.wgsl", variant, {}, {}, [(a.buffer, 0, _whole(ctx, a.buffer)),
-                                             (y.buffer, 0, _whole(ctx, y.buffer))], wgs, meta)
+    ctx.launch(
+        "copy.wgsl",
+        variant,
+        {},
+        {},
+        [(a.buffer, 0, _whole(ctx, a.buffer)), (y.buffer, 0, _whole(ctx, y.buffer))],
+        wgs,
+        meta,
+    )
     return y

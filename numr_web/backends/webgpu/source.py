@@ -12,10 +12,11 @@ Kept deliberately tiny (a JavaScript port is a dozen lines):
 ``binding_kinds`` reads the ``@binding(i) var<...>`` declarations, so the
 launcher knows the bind group layout without a second description.
 """
+
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 _ROLE = re.compile(r"var<storage,\s*(read|read_write)>\s+(\w+)\s*:\s*array<ST_(\w+)>")
@@ -28,7 +29,7 @@ KERNEL_DIR = Path(__file__).resolve().parent.parent.parent / "kernels" / "wgsl"
 DTYPE_KEYS = ("f32", "f16", "f16_packed", "bf16")
 
 
-@lru_cache(maxsize=None)
+@cache
 def read(name: str) -> str:
     return (KERNEL_DIR / name).read_text()
 
@@ -52,7 +53,7 @@ def build(kernel: str, dtypes: dict, constants: dict) -> str:
     for name, value in constants.items():
         typ, lit = _literal(value)
         head.append(f"const {name}: {typ} = {lit};")
-    for mode, name, role in _ROLE.findall(body):
+    for mode, _name, role in _ROLE.findall(body):
         snippet = read(f"dtype_{dtypes[role]}.wgsl")
         if mode == "read":
             snippet = snippet.split("// store")[0]
@@ -65,6 +66,5 @@ def binding_kinds(code: str) -> list[str]:
     found = {}
     for idx, decl in _BINDING.findall(code):
         decl = decl.replace(" ", "")
-        found[int(idx)] = {"storage,read": "read", "storage,read_write": "read_write",
-                           "uniform": "uniform"}[decl]
+        found[int(idx)] = {"storage,read": "read", "storage,read_write": "read_write", "uniform": "uniform"}[decl]
     return [found[i] for i in range(len(found))]

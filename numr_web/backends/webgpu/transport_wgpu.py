@@ -25,6 +25,7 @@ Also ``import_error()`` (None, or why the API is missing) and
 ``adapter_features``, ``limits`` (WebGPU limit names, dashed) and ``lost``.
 Buffers are plain transport objects with ``.size``.
 """
+
 from __future__ import annotations
 
 import os
@@ -85,8 +86,7 @@ def request_device(options):
     _quiet_runtime_dir()
     import wgpu
 
-    adapter = wgpu.gpu.request_adapter_sync(
-        power_preference=options.get("power_preference", "high-performance"))
+    adapter = wgpu.gpu.request_adapter_sync(power_preference=options.get("power_preference", "high-performance"))
     if adapter is None:
         raise RuntimeError("no WebGPU adapter found")
     adapter_features = set(adapter.features)
@@ -171,11 +171,15 @@ class Pipeline:
 def create_pipeline(dev, code, entry, binding_kinds):
     import wgpu
 
-    kinds = {"read": wgpu.BufferBindingType.read_only_storage,
-             "read_write": wgpu.BufferBindingType.storage,
-             "uniform": wgpu.BufferBindingType.uniform}
-    entries = [{"binding": i, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": kinds[k]}}
-               for i, k in enumerate(binding_kinds)]
+    kinds = {
+        "read": wgpu.BufferBindingType.read_only_storage,
+        "read_write": wgpu.BufferBindingType.storage,
+        "uniform": wgpu.BufferBindingType.uniform,
+    }
+    entries = [
+        {"binding": i, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": kinds[k]}}
+        for i, k in enumerate(binding_kinds)
+    ]
     d = dev.device
     bgl = d.create_bind_group_layout(entries=entries)
     layout = d.create_pipeline_layout(bind_group_layouts=[bgl])
@@ -187,8 +191,10 @@ def create_pipeline(dev, code, entry, binding_kinds):
 def dispatch(dev, pipeline, bindings, groups):
     """Encode one compute dispatch and submit it."""
     d = dev.device
-    entries = [{"binding": i, "resource": {"buffer": b, "offset": int(o), "size": int(s)}}
-               for i, (b, o, s) in enumerate(bindings)]
+    entries = [
+        {"binding": i, "resource": {"buffer": b, "offset": int(o), "size": int(s)}}
+        for i, (b, o, s) in enumerate(bindings)
+    ]
     bg = d.create_bind_group(layout=pipeline.layout, entries=entries)
     enc = d.create_command_encoder()
     cp = enc.begin_compute_pass()

@@ -1,4 +1,4 @@
-"""Memory layouts and the dtype policy, shared by every backend.
+"""Memory layouts of a GroupNorm input: NCHW, channels-last (NHWC) or other, and the permutations between them.
 
 A GroupNorm input has the logical shape ``(N, C, *spatial)``.  Two memory
 layouts get dedicated kernels:
@@ -11,31 +11,10 @@ layouts get dedicated kernels:
 Anything else is ``"other"`` and is copied to ``"nchw"`` first.  When both
 descriptions fit (no spatial extent, a single channel...) ``"nchw"`` wins.
 """
+
 from __future__ import annotations
 
-import functools
-
 import numpy as np
-
-try:  # bfloat16 for NumPy; a declared dependency, but keep import light and optional
-    import ml_dtypes as _ml_dtypes
-
-    BFLOAT16 = np.dtype(_ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - ml_dtypes is a dependency
-    BFLOAT16 = None
-
-FLOAT_DTYPES = tuple(
-    d for d in (np.dtype(np.float16), BFLOAT16, np.dtype(np.float32), np.dtype(np.float64)) if d is not None
-)
-
-
-def is_supported_dtype(dtype) -> bool:
-    return np.dtype(dtype) in FLOAT_DTYPES
-
-
-def accumulation_dtype(dtype) -> np.dtype:
-    """The force-fp32 policy: float32 for 16/32-bit floats, float64 for float64."""
-    return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
 
 
 def contiguous_strides(shape, itemsize):
@@ -98,18 +77,6 @@ def memory_layout(shape, strides, itemsize) -> str:
     return "other"
 
 
-
-@functools.lru_cache(maxsize=256)
-def superrow_factor(spatial: int, channels: int, limit: int) -> int:
-    """The largest R dividing ``spatial`` with ``R * channels <= limit`` (at least 1).
-
-    A channels-last sample is ``spatial`` rows of ``channels`` values, and a per-channel
-    coefficient repeats with every row.  The CPU paths walk R rows at a time (a
-    "super-row"), with the coefficients repeated R times, so that their inner loops run
-    over ``R * channels`` values instead of one short row.
-    """
-    best = 1
-    for r in range(1, max(1, limit // max(channels, 1)) + 1):
-        if spatial % r == 0:
-            best = r
-    return best
+def memory_order(shape, strides):
+    """The axis order of a dense buffer, outermost first (a permutation of the axes)."""
+    return tuple(sorted(range(len(shape)), key=lambda a: (-strides[a], a)))
