@@ -2,10 +2,10 @@
 
 from numr_web import autograd, ops
 from numr_web.autograd import Tensor
-from numr_web.devices import to_device, to_numpy
 from numr_web.errors import BackendUnavailable, DeviceMismatch, NumrWebError, ShapeMismatch
 from numr_web.ops import group_norm
 from numr_web.schema import AmpPolicy, OpSchema, schema
+from numr_web.transfer import to_device, to_numpy
 
 __version__ = "0.1.0"
 

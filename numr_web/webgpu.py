@@ -38,12 +38,12 @@ def from_buffer(buf, shape, dtype="float32") -> WebGPUArray:
 
 def full(shape, value, dtype="float32") -> WebGPUArray:
     """A device array of ``shape`` filled with ``value`` (no host buffer involved)."""
-    from numr_web.backends.webgpu import device, ops
+    from numr_web.backends.webgpu import array_kernels, device
     from numr_web.backends.webgpu.array import as_dtype
 
     if isinstance(shape, int):
         shape = (shape,)
-    return ops.full(device.context(), tuple(shape), as_dtype(dtype), value)
+    return array_kernels.full(device.context(), tuple(shape), as_dtype(dtype), value)
 
 
 def available() -> tuple[bool, str]:

@@ -37,6 +37,7 @@ from oracle import backward as oracle_backward
 from oracle import channels_last, rel_err
 from oracle import forward as oracle_forward
 
+from numr_web import numerics
 from numr_web.backends import cupy_
 from numr_web.dtypes import BFLOAT16
 from numr_web.memory_layout import channels_last_perm, memory_layout
@@ -87,7 +88,7 @@ def test_kernel_sources_exist_and_need_no_headers():
 def test_each_cu_file_compiles(cu, arch, tmp_path):
     nvcc = _nvcc()
     proc = subprocess.run(
-        [nvcc, "-std=c++17", f"-arch={arch}", "-c", str(cu), "-o", str(tmp_path / "k.o"), "-Werror", "all-warnings"],
+        [nvcc, *cupy_.COMPILE_OPTIONS, f"-arch={arch}", "-c", str(cu), "-o", str(tmp_path / "k.o"), "-Werror", "all-warnings"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -102,7 +103,7 @@ def test_every_kernel_instantiation_compiles(arch, tmp_path):
     proc = subprocess.run(
         [
             nvcc,
-            "-std=c++17",
+            *cupy_.COMPILE_OPTIONS,
             f"-arch={arch}",
             "-c",
             str(unit),
@@ -200,9 +201,26 @@ def test_name_expressions_cover_every_launch_combination():
                     assert cupy_.dx_kernel(storage, layout, vec, silu) in own
 
 
-def test_block_size_matches_the_source():
-    m = re.search(r"#define NUMR_BLOCK (\d+)", cupy_.KERNEL_PATH.read_text())
-    assert m and int(m.group(1)) == cupy_.BLOCK
+def test_block_size_and_constants_come_from_numerics():
+    """group_norm.cu defines none of the shared constants itself: the compile options carry them."""
+    src = cupy_.KERNEL_PATH.read_text()
+    assert not re.search(r"#define NUMR_(BLOCK|POOR_SHIFT_RATIO)\b", src)
+    assert cupy_.BLOCK == numerics.CUDA_BLOCK
+    assert f"-DNUMR_BLOCK={numerics.CUDA_BLOCK}" in cupy_.COMPILE_OPTIONS
+    assert f"-DNUMR_POOR_SHIFT_RATIO={numerics.POOR_SHIFT_RATIO!r}" in cupy_.COMPILE_OPTIONS
+
+
+def test_the_source_refuses_to_compile_without_the_constants(tmp_path):
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ not found") if not IN_CI else pytest.fail("g++ not found")
+    proc = subprocess.run(
+        [gxx, "-std=c++17", "-fsyntax-only", "-x", "c++", str(cupy_.KERNEL_PATH)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0 and "cuda_defines" in proc.stderr
 
 
 # ---------------------------------------------------------------------------
@@ -1056,6 +1074,7 @@ def host_kernels(tmp_path_factory):
             "-fPIC",
             "-pthread",
             "-DNUMR_WEB_HOST_EMULATION",
+            *numerics.cuda_defines(),
             "-include",
             str(d / "shim.h"),
             "-x",

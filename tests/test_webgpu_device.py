@@ -23,14 +23,14 @@ def test_pipelines_are_compiled_once_per_variant(wg, rng):
     from numr_web.backends.webgpu import device
 
     x = wg.from_numpy(rng.standard_normal((2, 8, 4, 4)).astype(np.float32))
-    wg.group_norm_forward(x, None, None, 4, 1e-5)
+    wg.group_norm_forward(x, None, None, 4, 1e-5, layout="nchw")
     ctx = device.context()
     before = dict(ctx.pipelines)
     for _ in range(5):
-        wg.group_norm_forward(x, None, None, 4, 1e-5)
+        wg.group_norm_forward(x, None, None, 4, 1e-5, layout="nchw")
     assert ctx.pipelines == before  # same keys, same pipeline objects
     x16 = wg.from_numpy(rng.standard_normal((2, 8, 4, 4)).astype(np.float16))
-    wg.group_norm_forward(x16, None, None, 4, 1e-5)
+    wg.group_norm_forward(x16, None, None, 4, 1e-5, layout="nchw")
     assert len(ctx.pipelines) > len(before)  # another dtype is another pipeline
 
 
@@ -43,8 +43,8 @@ def test_a_thousand_calls_keep_memory_flat(wg, rng):
     ctx = device.context()
 
     def step():
-        y, m, r = wg.group_norm_forward(x, w, w, 4, 1e-5)
-        dx, dw, db = wg.group_norm_backward(dy, x, m, r, w, w, 4)
+        y, m, r = wg.group_norm_forward(x, w, w, 4, 1e-5, layout="nchw")
+        dx, dw, db = wg.group_norm_backward(dy, x, m, r, w, w, 4, layout="nchw")
         return ((y * dx).sum() + dw.mean()) * 0.5
 
     for _ in range(50):
@@ -115,10 +115,10 @@ def test_lost_device_is_replaced_on_the_next_call(wg, rng):
     ctx = device.context()
     ctx.transport.lose_device(ctx.dev)  # what a driver reset does
     with pytest.raises(BackendUnavailable, match="lost"):
-        wg.group_norm_forward(old, None, None, 4, 1e-5)
+        wg.group_norm_forward(old, None, None, 4, 1e-5, layout="nchw")
     fresh = wg.from_numpy(x)  # the next call gets a new device
     assert device.context() is not ctx and device.context().generation > ctx.generation
-    y, _, _ = wg.group_norm_forward(fresh, None, None, 4, 1e-5)
+    y, _, _ = wg.group_norm_forward(fresh, None, None, 4, 1e-5, layout="nchw")
     assert rel_err(wg.to_numpy(y), ref_forward(x, 4)[0]) < 2e-6
     with pytest.raises(BackendUnavailable, match="lost"):
         wg.to_numpy(old)  # arrays of the old device say so
@@ -142,19 +142,19 @@ def test_info_lists_adapter_features_and_limits(wg):
 
 
 def test_copy_kernels_copy(wg, rng):
-    from numr_web.backends.webgpu import ops
+    from numr_web.backends.webgpu import array_kernels
 
     x = rng.standard_normal((3, 5, 7, 11)).astype(np.float32)
     d = wg.from_numpy(x)
-    for v in ops.COPY_VARIANTS:
-        assert wg.to_numpy(ops.device_copy(d, v)).tobytes() == x.tobytes(), v
+    for v in array_kernels.COPY_VARIANTS:
+        assert wg.to_numpy(array_kernels.device_copy(d, v)).tobytes() == x.tobytes(), v
     assert wg.to_numpy(wg.copy(d)).tobytes() == x.tobytes()
     assert wg._copy_variant in wg.YARDSTICK_COPIES
 
 
 def test_timer_waits_for_the_device(wg, rng):
     d = wg.from_numpy(rng.standard_normal((4, 64, 32, 32)).astype(np.float32))
-    times = wg.timer(lambda: wg.group_norm_forward(d, None, None, 8, 1e-5), repeat=3)
+    times = wg.timer(lambda: wg.group_norm_forward(d, None, None, 8, 1e-5, layout="nchw"), repeat=3)
     assert len(times) == 3 and all(t > 0 for t in times)
 
 
@@ -168,7 +168,7 @@ BIG = (4, 24, 601, 584)
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_tensor_over_the_binding_limit_is_chunked(wg, layout):
-    from numr_web.backends.webgpu import device, group_norm
+    from numr_web.backends.webgpu import device, group_norm_launch
 
     rng = np.random.default_rng(7)
     x = rng.standard_normal(BIG, dtype=np.float32)
@@ -179,9 +179,10 @@ def test_tensor_over_the_binding_limit_is_chunked(wg, layout):
     G = 8
     w = rng.standard_normal(BIG[1]).astype(np.float32)
     xd, wd = wg.from_numpy(x), wg.from_numpy(w)
-    chunks = list(group_norm.Layout(xd, G, device.context().cpu_adapter).chunks(device.context().max_binding))
+    ctx = device.context()
+    chunks = list(group_norm_launch.GroupPlan(xd, G, layout, ctx.cpu_adapter).chunks(ctx.max_binding))
     assert len(chunks) > 1 and all(off % 256 == 0 for _, _, off, _, _, _ in chunks)
-    y, mean, rstd = wg.group_norm_forward(xd, wd, wd, G, 1e-5)
+    y, mean, rstd = wg.group_norm_forward(xd, wd, wd, G, 1e-5, layout=layout)
     yr, mr, rr = ref_forward(x, G, w, w)
     assert rel_err(wg.to_numpy(y), yr) < 2e-6
     assert rel_err(wg.to_numpy(mean), mr) < 2e-6
@@ -189,7 +190,7 @@ def test_tensor_over_the_binding_limit_is_chunked(wg, layout):
     dy = rng.standard_normal(BIG, dtype=np.float32)
     if layout == "nhwc":
         dy = nhwc(dy)
-    dx, dw, db = wg.group_norm_backward(wg.from_numpy(dy), xd, mean, rstd, wd, wd, G)
+    dx, dw, db = wg.group_norm_backward(wg.from_numpy(dy), xd, mean, rstd, wd, wd, G, layout=layout)
     dxr, dwr, dbr = ref_backward(dy, x, G, w, w)
     assert rel_err(wg.to_numpy(dx), dxr) < 5e-6
     assert rel_err(wg.to_numpy(dw), dwr) < 5e-6

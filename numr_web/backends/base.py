@@ -1,9 +1,11 @@
-"""The contract every compute backend fulfils.
+"""The contract every compute backend fulfils: discovery, transfers, the two GroupNorm kernels.
 
-The op layer (``numr_web.ops``) validates arguments, applies the dtype policy
+The op layer (``numr_web.ops``) validates arguments, settles the memory layout
 and then calls exactly these methods on the backend that owns ``x``.  A
-backend never validates user input again: by the time it is called, shapes,
-dtypes and devices are known to be consistent.
+backend never validates user input again, and never re-derives the layout: by
+the time it is called, shapes, dtypes and devices are known to be consistent,
+``x`` is dense in ``layout`` ("nchw" or "nhwc", see ``numr_web.memory_layout``)
+and ``dy`` is in the same layout as ``x``.
 
 Conventions shared by all backends
 ----------------------------------
@@ -14,7 +16,7 @@ Conventions shared by all backends
   accumulate in float32) and float64 (accumulates in float64).
 * ``mean``/``rstd`` are ``(N, G)`` arrays of the accumulation dtype
   (float32, or float64 for float64 input).  Variance is biased and clamped at 0.
-* The output keeps the memory layout of ``x`` (see ``numr_web.memory_layout``).
+* The output keeps the memory layout of ``x``.
 * ``activation`` is ``None`` or ``"silu"`` (applied after the affine).
 """
 
@@ -50,12 +52,16 @@ class Backend:
         """Copy an array of this backend back to a NumPy array."""
         raise NotImplementedError
 
+    def as_layout(self, array, layout):
+        """``array`` dense in ``layout`` ("nchw" or "nhwc"): itself when it already is, else a copy."""
+        raise NotImplementedError
+
     # -- kernels ---------------------------------------------------------------
-    def group_norm_forward(self, x, weight, bias, num_groups, eps, activation=None):
+    def group_norm_forward(self, x, weight, bias, num_groups, eps, activation=None, *, layout):
         """Return ``(y, mean, rstd)``."""
         raise NotImplementedError
 
-    def group_norm_backward(self, dy, x, mean, rstd, weight, bias, num_groups, activation=None):
+    def group_norm_backward(self, dy, x, mean, rstd, weight, bias, num_groups, activation=None, *, layout):
         """Closed-form backward from the saved statistics.
 
         Returns ``(dx, dweight, dbias)``; the last two are ``None`` when

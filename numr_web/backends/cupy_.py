@@ -36,15 +36,16 @@ import numpy as np
 from numr_web.backends.base import Backend
 from numr_web.dtypes import BFLOAT16
 from numr_web.memory_layout import channels_last_perm, memory_layout
+from numr_web.numerics import CUDA_BLOCK, cuda_defines
 from numr_web.schema import schema
 
 GROUP_NORM = schema("group_norm")
 
 INSTALL_HINT = "pip install 'numr-web[cuda12]' or 'numr-web[cuda13]'"
 KERNEL_PATH = Path(__file__).resolve().parent.parent / "kernels" / "cuda" / "group_norm.cu"
-COMPILE_OPTIONS = ("-std=c++17",)
+COMPILE_OPTIONS = ("-std=c++17", *cuda_defines())
 
-BLOCK = 256  # threads per block; must match NUMR_BLOCK in group_norm.cu
+BLOCK = CUDA_BLOCK  # threads per block (NUMR_BLOCK in group_norm.cu, from the same constant)
 WARPS = BLOCK // 32
 LAYOUT_CODE = {"nchw": 0, "nhwc": 1}
 STORAGE_TYPES = {  # numpy dtype name -> storage type in group_norm.cu
@@ -409,29 +410,19 @@ class CupyBackend(Backend):
             self._tickets[key] = buf
         return buf
 
-    def _prepare(self, x):
-        """(array, layout, buffer): NCHW or NHWC x and its contiguous buffer."""
-        cp = self._cupy
-        layout = _layout(x)
-        if layout == "other":
-            x = cp.ascontiguousarray(x)
-            layout = "nchw"
-        if layout == "nhwc":
-            return x, layout, x.transpose(channels_last_perm(x.ndim))
-        return x, layout, x
+    @staticmethod
+    def _buffer(array, layout):
+        """The contiguous buffer behind ``array``, which is dense in ``layout``."""
+        return array.transpose(channels_last_perm(array.ndim)) if layout == "nhwc" else array
 
-    def _like_layout(self, array, layout):
-        """``array`` (same logical shape) in ``layout``, copied only when needed."""
-        cp = self._cupy
+    def as_layout(self, array, layout):
+        cp = self._import()
         if _layout(array) == layout:
-            buf = array.transpose(channels_last_perm(array.ndim)) if layout == "nhwc" else array
-            return array, buf
+            return array
         if layout == "nhwc":
             perm = channels_last_perm(array.ndim)
-            buf = cp.ascontiguousarray(array.transpose(perm))
-            return buf.transpose(np.argsort(perm)), buf
-        out = cp.ascontiguousarray(array)
-        return out, out
+            return cp.ascontiguousarray(array.transpose(perm)).transpose(np.argsort(perm))
+        return cp.ascontiguousarray(array)
 
     def _empty(self, shape, dtype, layout):
         """(logical array, contiguous buffer) of a new array in ``layout``."""
@@ -456,17 +447,17 @@ class CupyBackend(Backend):
         dev = getattr(array, "device", None)
         return dev if hasattr(dev, "__enter__") else contextlib.nullcontext()
 
-    def group_norm_forward(self, x, weight, bias, num_groups, eps, activation=None):
+    def group_norm_forward(self, x, weight, bias, num_groups, eps, activation=None, *, layout):
         with self._on_device_of(x):
-            return self._forward(x, weight, bias, num_groups, eps, activation)
+            return self._forward(x, weight, bias, num_groups, eps, activation, layout)
 
-    def group_norm_backward(self, dy, x, mean, rstd, weight, bias, num_groups, activation=None):
+    def group_norm_backward(self, dy, x, mean, rstd, weight, bias, num_groups, activation=None, *, layout):
         with self._on_device_of(x):
-            return self._backward(dy, x, mean, rstd, weight, bias, num_groups, activation)
+            return self._backward(dy, x, mean, rstd, weight, bias, num_groups, activation, layout)
 
-    def _forward(self, x, weight, bias, num_groups, eps, activation):
+    def _forward(self, x, weight, bias, num_groups, eps, activation, layout):
         cp = self._import()
-        x, layout, xbuf = self._prepare(x)
+        xbuf = self._buffer(x, layout)
         N, C = int(x.shape[0]), int(x.shape[1])
         S = math.prod(int(n) for n in x.shape[2:])
         G = int(num_groups)
@@ -548,10 +539,9 @@ class CupyBackend(Backend):
         )
         return y, mean, rstd
 
-    def _backward(self, dy, x, mean, rstd, weight, bias, num_groups, activation):
+    def _backward(self, dy, x, mean, rstd, weight, bias, num_groups, activation, layout):
         cp = self._import()
-        x, layout, xbuf = self._prepare(x)
-        dy, dybuf = self._like_layout(dy, layout)
+        xbuf, dybuf = self._buffer(x, layout), self._buffer(dy, layout)
         N, C = int(x.shape[0]), int(x.shape[1])
         S = math.prod(int(n) for n in x.shape[2:])
         G = int(num_groups)

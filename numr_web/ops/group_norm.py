@@ -111,18 +111,29 @@ def _check_same_device(**arrays):
         raise DeviceMismatch(f"arrays on different devices: {detail}; move them with numr_web.to_device")
 
 
-def _normalize_layout(a):
-    """Arrays whose layout is neither NCHW nor channels-last are copied to NCHW."""
-    if a is None or a.ndim < 2:
-        return a
+def layout_of(a) -> str:
+    """``"nchw"``, ``"nhwc"`` (dense channels-last) or ``"other"``: the one place the op layer asks."""
     if type(a) is np.ndarray and (a.flags.c_contiguous or is_dense_channels_last(a)):
-        return a
-    if memory_layout(a.shape, a.strides, a.dtype.itemsize) == "other":
-        be = backend_for(a)
-        if be.xp is None:
-            raise ValueError(f"{be.device} arrays must be NCHW or channels-last; got strides {a.strides}")
-        return be.xp.ascontiguousarray(a)
-    return a
+        return "nchw" if a.flags.c_contiguous else "nhwc"
+    return memory_layout(a.shape, a.strides, a.dtype.itemsize)
+
+
+def canonical_layout(x, *others):
+    """``(x, others, layout)``: x dense NCHW or channels-last (other strides are copied to NCHW),
+    and each of ``others`` (same shape, or None) in x's layout.  Backends take these as they are."""
+    layout = layout_of(x)
+    be = None
+    if layout == "other":
+        be = backend_for(x)
+        layout = "nchw"
+        x = be.as_layout(x, layout)
+    out = []
+    for a in others:
+        if a is not None and layout_of(a) != layout:
+            be = be or backend_for(x)
+            a = be.as_layout(a, layout)
+        out.append(a)
+    return x, out, layout
 
 
 def validate_forward(x, weight, bias, num_groups, eps, activation):
@@ -136,7 +147,7 @@ def validate_forward(x, weight, bias, num_groups, eps, activation):
     eps = _check_eps(eps)
     activation = _check_activation(activation)
     _check_same_device(x=x, weight=weight, bias=bias)
-    return _normalize_layout(x), weight, bias, num_groups, eps, activation
+    return x, weight, bias, num_groups, eps, activation
 
 
 def validate_backward(dy, x, mean, rstd, weight, bias, num_groups, activation):
@@ -153,7 +164,7 @@ def validate_backward(dy, x, mean, rstd, weight, bias, num_groups, activation):
                 f"{name}: expected the saved statistics' shape (N, G) = {stats_shape}, got {tuple(s.shape)}"
             )
     _check_same_device(dy=dy, x=x, mean=mean, rstd=rstd, weight=weight, bias=bias)
-    return _normalize_layout(dy), x, mean, rstd, weight, bias, num_groups, activation
+    return dy, x, mean, rstd, weight, bias, num_groups, activation
 
 
 # -- array-level API ------------------------------------------------------------
@@ -162,7 +173,8 @@ def validate_backward(dy, x, mean, rstd, weight, bias, num_groups, activation):
 def group_norm_forward(x, weight, bias, num_groups, eps=1e-5, *, activation=None):
     """``(y, mean, rstd)`` for arrays; ``mean``/``rstd`` have shape ``(N, G)``."""
     x, weight, bias, num_groups, eps, activation = validate_forward(x, weight, bias, num_groups, eps, activation)
-    return backend_for(x).group_norm_forward(x, weight, bias, num_groups, eps, activation)
+    x, _, layout = canonical_layout(x)
+    return backend_for(x).group_norm_forward(x, weight, bias, num_groups, eps, activation, layout=layout)
 
 
 def group_norm_backward(dy, x, mean, rstd, weight, num_groups, *, bias=None, activation=None):
@@ -175,7 +187,8 @@ def group_norm_backward(dy, x, mean, rstd, weight, num_groups, *, bias=None, act
     dy, x, mean, rstd, weight, bias, num_groups, activation = validate_backward(
         dy, x, mean, rstd, weight, bias, num_groups, activation
     )
-    return backend_for(x).group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation)
+    x, (dy,), layout = canonical_layout(x, dy)
+    return backend_for(x).group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation, layout=layout)
 
 
 # -- autograd -------------------------------------------------------------------
@@ -186,8 +199,8 @@ class GroupNormFunction(Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, num_groups, eps, activation):
-        x = _normalize_layout(x)
-        y, mean, rstd = backend_for(x).group_norm_forward(x, weight, bias, num_groups, eps, activation)
+        x, _, layout = canonical_layout(x)
+        y, mean, rstd = backend_for(x).group_norm_forward(x, weight, bias, num_groups, eps, activation, layout=layout)
         ctx.save(mean, rstd)
         return y
 
@@ -201,12 +214,11 @@ class GroupNormFunction(Function):
             x = x_t.data if isinstance(x_t, Tensor) else x_t
             w = w_t.data if isinstance(w_t, Tensor) else w_t
             b = b_t.data if isinstance(b_t, Tensor) else b_t
-            x = _normalize_layout(x)
-            dx, dw, db = backend_for(x).group_norm_backward(
-                _normalize_layout(gy.data), x, mean, rstd, w, b, num_groups, activation
-            )
+            x, (g,), layout = canonical_layout(x, gy.data)
+            be = backend_for(x)
+            dx, dw, db = be.group_norm_backward(g, x, mean, rstd, w, b, num_groups, activation, layout=layout)
             if w is None and b is not None and needs[2]:
-                db = _bias_grad_without_weight(gy, x, mean, rstd, b, num_groups, activation)
+                db = _bias_grad_without_weight(be, g, x, mean, rstd, b, num_groups, activation, layout)
             return (
                 Tensor(dx) if needs[0] else None,
                 Tensor(dw) if needs[1] and dw is not None else None,
@@ -222,16 +234,14 @@ class GroupNormFunction(Function):
         return (dx if needs[0] else None, dw if needs[1] else None, db if needs[2] else None, None, None, None)
 
 
-def _bias_grad_without_weight(gy, x, mean, rstd, b, num_groups, activation):
+def _bias_grad_without_weight(be, g, x, mean, rstd, b, num_groups, activation, layout):
     """dbias when there is a bias but no weight: the backends only reduce dbias alongside dweight."""
-    be = backend_for(x)
-    g = gy.data
     if activation is None and be.xp is not None:
         # without an activation dbias is the per-channel sum of the upstream gradient
         axes = (0,) + tuple(range(2, g.ndim))
         return g.sum(axis=axes, dtype=be.xp.float64).astype(b.dtype)
     ones = be.full_like(b, 1)
-    _, _, db = be.group_norm_backward(_normalize_layout(gy.data), x, mean, rstd, ones, b, num_groups, activation)
+    _, _, db = be.group_norm_backward(g, x, mean, rstd, ones, b, num_groups, activation, layout=layout)
     return db
 
 
@@ -251,7 +261,8 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, activation=No
     """
     xa, wa, ba, num_groups, eps, activation = validate_forward(x, weight, bias, num_groups, eps, activation)
     if not any(isinstance(v, Tensor) for v in (x, weight, bias)):
-        return backend_for(xa).group_norm_forward(xa, wa, ba, num_groups, eps, activation)[0]
+        xa, _, layout = canonical_layout(xa)
+        return backend_for(xa).group_norm_forward(xa, wa, ba, num_groups, eps, activation, layout=layout)[0]
     x_t = x if isinstance(x, Tensor) else Tensor(xa)
     w_t = _as_tensor(weight, "weight")
     b_t = _as_tensor(bias, "bias")

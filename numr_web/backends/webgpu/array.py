@@ -153,12 +153,12 @@ class WebGPUArray:
 
     # -- arithmetic (all on the device) ------------------------------------------
     def _bin(self, other, code, rcode=None, reflected=False):
-        from numr_web.backends.webgpu import ops
+        from numr_web.backends.webgpu import array_kernels
 
         if isinstance(other, WebGPUArray):
-            return ops.binary(other, self, code) if reflected else ops.binary(self, other, code)
+            return array_kernels.binary(other, self, code) if reflected else array_kernels.binary(self, other, code)
         if _is_scalar(other) or (isinstance(other, np.ndarray) and other.ndim == 0):
-            return ops.scalar_op(self, float(other), rcode if reflected else code)
+            return array_kernels.scalar_op(self, float(other), rcode if reflected else code)
         return NotImplemented
 
     def __add__(self, o):
@@ -192,44 +192,44 @@ class WebGPUArray:
         return self._bin(o, "pow", "rpow", True)
 
     def __neg__(self):
-        from numr_web.backends.webgpu import ops
+        from numr_web.backends.webgpu import array_kernels
 
-        return ops.unary(self, "neg")
+        return array_kernels.unary(self, "neg")
 
     def __pos__(self):
         return self
 
     # -- reductions and shape --------------------------------------------------------
     def sum(self, axis=None, keepdims=False, dtype=None):
-        from numr_web.backends.webgpu import ops
+        from numr_web.backends.webgpu import array_kernels
 
-        out = ops.reduce_sum(self, axis, keepdims, mean=False)
+        out = array_kernels.reduce_sum(self, axis, keepdims, mean=False)
         return out if dtype is None else out.astype(dtype)
 
     def mean(self, axis=None, keepdims=False, dtype=None):
-        from numr_web.backends.webgpu import ops
+        from numr_web.backends.webgpu import array_kernels
 
-        out = ops.reduce_sum(self, axis, keepdims, mean=True)
+        out = array_kernels.reduce_sum(self, axis, keepdims, mean=True)
         return out if dtype is None else out.astype(dtype)
 
     def reshape(self, *shape, order="C"):
-        from numr_web.backends.webgpu import ops
+        from numr_web.backends.webgpu import array_kernels
 
         if order != "C":
             raise ValueError("order: only 'C' is supported")
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
-        return ops.reshape(self, shape)
+        return array_kernels.reshape(self, shape)
 
     def astype(self, dtype, copy=True):
-        from numr_web.backends.webgpu import ops
+        from numr_web.backends.webgpu import array_kernels
 
         dt = as_dtype(dtype)
         if dt == self.dtype and not copy:
             return self
-        return ops.convert(self, dt)
+        return array_kernels.convert(self, dt)
 
     def copy(self, order="K"):
-        from numr_web.backends.webgpu import ops
+        from numr_web.backends.webgpu import array_kernels
 
-        return ops.convert(self, self.dtype, c_order=(order == "C"))
+        return array_kernels.convert(self, self.dtype, c_order=(order == "C"))

@@ -7,9 +7,8 @@ import time
 import numpy as np
 
 from numr_web.backends.base import Backend
+from numr_web.backends.webgpu import array_kernels, group_norm_launch
 from numr_web.backends.webgpu import device as _device
-from numr_web.backends.webgpu import group_norm as _gn
-from numr_web.backends.webgpu import ops
 from numr_web.backends.webgpu.array import WebGPUArray, as_dtype
 from numr_web.backends.webgpu.device import Scratch
 from numr_web.memory_layout import channels_last_perm, contiguous_strides, memory_layout
@@ -150,14 +149,19 @@ class WebGPUBackend(Backend):
     def to_numpy(self, array):
         return array.get()
 
+    @_lost_guard
+    def as_layout(self, array, layout):
+        order = channels_last_perm(array.ndim) if layout == "nhwc" else tuple(range(array.ndim))
+        return array_kernels.to_order(array, order)
+
     # -- kernels -------------------------------------------------------------------------
     @_lost_guard
-    def group_norm_forward(self, x, weight, bias, num_groups, eps, activation=None):
-        return _gn.forward(x, weight, bias, num_groups, eps, activation)
+    def group_norm_forward(self, x, weight, bias, num_groups, eps, activation=None, *, layout):
+        return group_norm_launch.forward(x, weight, bias, num_groups, eps, activation, layout)
 
     @_lost_guard
-    def group_norm_backward(self, dy, x, mean, rstd, weight, bias, num_groups, activation=None):
-        return _gn.backward(dy, x, mean, rstd, weight, bias, num_groups, activation)
+    def group_norm_backward(self, dy, x, mean, rstd, weight, bias, num_groups, activation=None, *, layout):
+        return group_norm_launch.backward(dy, x, mean, rstd, weight, bias, num_groups, activation, layout)
 
     # -- generic ---------------------------------------------------------------------------
     @_lost_guard
@@ -176,7 +180,7 @@ class WebGPUBackend(Backend):
         """A same-size copy by the faster of the plain WGSL copy kernels on this adapter."""
         if self._copy_variant is None:
             self._copy_variant = self.choose_copy_variant(array)
-        return ops.device_copy(array, self._copy_variant)
+        return array_kernels.device_copy(array, self._copy_variant)
 
     #: the benchmark's yardstick is the faster of these two classic copies
     #: (``copy_ranges``, contiguous per-thread ranges, is reported beside it
@@ -187,23 +191,23 @@ class WebGPUBackend(Backend):
         """Time the yardstick copy kernels on ``array``; the faster one is used by ``copy``."""
         best = None
         for v in self.YARDSTICK_COPIES:
-            out = ops.empty_like(array)
-            t = min(self.timer(lambda: ops.device_copy(array, v, out), repeat, warmup=1))
+            out = array_kernels.empty_like(array)
+            t = min(self.timer(lambda: array_kernels.device_copy(array, v, out), repeat, warmup=1))
             if best is None or t < best[0]:
                 best = (t, v)
         return best[1]
 
     def copy_times(self, array, repeat=5):
         """Seconds per copy for every copy kernel (for the benchmark's notes)."""
-        out = ops.empty_like(array)
+        out = array_kernels.empty_like(array)
         return {
-            v: sorted(self.timer(lambda: ops.device_copy(array, v, out), repeat))[repeat // 2]
-            for v in ops.COPY_VARIANTS
+            v: sorted(self.timer(lambda: array_kernels.device_copy(array, v, out), repeat))[repeat // 2]
+            for v in array_kernels.COPY_VARIANTS
         }
 
     @_lost_guard
     def full_like(self, array, value):
-        return ops.fill_like(array, value)
+        return array_kernels.fill_like(array, value)
 
     def timer(self, fn, repeat, warmup=1):
         """Device time per call: each repeat queues ``timer_batch`` calls, then waits once."""

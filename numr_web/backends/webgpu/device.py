@@ -84,15 +84,6 @@ class Context:
             self.pool.setdefault(size, []).append(buf)
             self.pool_bytes += size
 
-    def trim(self):
-        """Destroy every idle pooled buffer."""
-        with self.lock:
-            for bufs in self.pool.values():
-                for b in bufs:
-                    self.transport.destroy_buffer(b)
-            self.pool.clear()
-            self.pool_bytes = 0
-
     def dummy_rw(self, k=0):
         """Placeholder ranges for unused read_write bindings: one buffer may not be bound
         read-only and writable in one dispatch, and writable bindings must not alias

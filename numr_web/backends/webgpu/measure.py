@@ -36,7 +36,7 @@ def main(argv=None):
 
     import numr_web
     from numr_web.backends.webgpu import BACKEND as be
-    from numr_web.backends.webgpu import ops
+    from numr_web.backends.webgpu import array_kernels
     from numr_web.backends.webgpu.array import as_dtype
     from numr_web.memory_layout import as_channels_last
 
@@ -49,14 +49,14 @@ def main(argv=None):
         x, dy = as_channels_last(x), as_channels_last(dy)
     w = rng.standard_normal(dims[1]).astype(np.float32)
     X, DY, W = (numr_web.to_device(a, "webgpu") for a in (x, dy, w))
-    _, mean, rstd = be.group_norm_forward(X, W, W, G, 1e-5)
-    out = ops.empty_like(X)
+    _, mean, rstd = be.group_norm_forward(X, W, W, G, 1e-5, layout=args.layout)
+    out = array_kernels.empty_like(X)
     fns = {
-        "forward": lambda: be.group_norm_forward(X, W, W, G, 1e-5),
-        "backward": lambda: be.group_norm_backward(DY, X, mean, rstd, W, W, G),
+        "forward": lambda: be.group_norm_forward(X, W, W, G, 1e-5, layout=args.layout),
+        "backward": lambda: be.group_norm_backward(DY, X, mean, rstd, W, W, G, layout=args.layout),
     }
-    for v in ops.COPY_VARIANTS:
-        fns[v] = lambda v=v: ops.device_copy(X, v, out)
+    for v in array_kernels.COPY_VARIANTS:
+        fns[v] = lambda v=v: array_kernels.device_copy(X, v, out)
     samples = {k: [] for k in fns}
     for f in fns.values():
         be.timer(f, 1, 1)

@@ -6,7 +6,8 @@ Kept deliberately tiny (a JavaScript port is a dozen lines):
 * every storage role declared ``var<storage, MODE> R: array<ST_R>`` gets the
   load (and, for ``read_write``, store) helpers of its dtype from
   ``dtype_<key>.wgsl``, with ``$`` replaced by ``R``;
-* constants (``const NAME: type = value;``) are prepended;
+* constants (``const NAME: type = value;``) are prepended: the launch's own,
+  and the numerics constants every kernel shares (``numr_web.numerics``);
 * ``enable f16;`` goes first when a role uses native float16.
 
 ``binding_kinds`` reads the ``@binding(i) var<...>`` declarations, so the
@@ -18,6 +19,8 @@ from __future__ import annotations
 import re
 from functools import cache
 from pathlib import Path
+
+from numr_web.numerics import WGSL_CONSTANTS
 
 _ROLE = re.compile(r"var<storage,\s*(read|read_write)>\s+(\w+)\s*:\s*array<ST_(\w+)>")
 _BINDING = re.compile(r"@binding\((\d+)\)\s*var<([^>]+)>")
@@ -50,7 +53,7 @@ def build(kernel: str, dtypes: dict, constants: dict) -> str:
     head = []
     if any(v == "f16" for v in dtypes.values()):
         head.append("enable f16;")
-    for name, value in constants.items():
+    for name, value in {**WGSL_CONSTANTS, **constants}.items():
         typ, lit = _literal(value)
         head.append(f"const {name}: {typ} = {lit};")
     for mode, _name, role in _ROLE.findall(body):

@@ -1,29 +1,7 @@
 """The WebGPU transport over wgpu-py (native: Vulkan, Metal, D3D12, lavapipe).
 
-This is the only module that talks to a WebGPU implementation.  Everything
-above it (buffers, pipelines, launches) goes through these functions, so a
-second transport over the browser's ``navigator.gpu`` (Pyodide) is one more
-small module with the same names:
-
-    request_device(options) -> Device
-    create_buffer(dev, size) -> buffer          (storage | copy_src | copy_dst)
-    create_uniform(dev, size) -> buffer         (uniform | copy_dst)
-    write_buffer(dev, buf, offset, data)
-    read_buffer(dev, buf, offset, size) -> bytes
-    copy_buffer(dev, src, src_offset, dst, dst_offset, size)
-    create_pipeline(dev, code, entry, binding_kinds) -> pipeline
-    dispatch(dev, pipeline, bindings, groups)
-    wait(dev)
-    destroy_buffer(buf)
-    lose_device(dev)                            (tests: simulate a lost device)
-
-``binding_kinds`` is a list of "read" | "read_write" | "uniform", one per
-binding number; ``bindings`` is a list of ``(buffer, offset, size)`` tuples.
-Also ``import_error()`` (None, or why the API is missing) and
-``is_device_lost(exc)``.  The ``Device`` the layers above read has ``info``
-(adapter, vendor, description, backend, adapter_type, transport), ``features``,
-``adapter_features``, ``limits`` (WebGPU limit names, dashed) and ``lost``.
-Buffers are plain transport objects with ``.size``.
+The only module that calls wgpu-py.  It satisfies ``transport.Transport``
+(this module's functions are the protocol's methods).
 """
 
 from __future__ import annotations
@@ -127,11 +105,6 @@ def create_buffer(dev, size):
     return dev.device.create_buffer(size=int(size), usage=u.STORAGE | u.COPY_SRC | u.COPY_DST)
 
 
-def create_uniform(dev, size):
-    u = _usage()
-    return dev.device.create_buffer(size=int(size), usage=u.UNIFORM | u.COPY_DST)
-
-
 def destroy_buffer(buf):
     try:
         buf.destroy()
@@ -154,12 +127,6 @@ def read_buffer(dev, buf, offset, size):
     padded = (int(size) + 3) // 4 * 4
     data = dev.queue.read_buffer(buf, int(offset), padded)
     return bytes(data[:size]) if padded != size else bytes(data)
-
-
-def copy_buffer(dev, src, src_offset, dst, dst_offset, size):
-    enc = dev.device.create_command_encoder()
-    enc.copy_buffer_to_buffer(src, int(src_offset), dst, int(dst_offset), int(size))
-    dev.queue.submit([enc.finish()])
 
 
 class Pipeline:

@@ -30,7 +30,12 @@
 // this very file for the CPU with a small shim (threads for CUDA threads,
 // barriers for __syncthreads and shuffles) to execute the kernels without a GPU.
 
-#define NUMR_BLOCK 256
+// NUMR_BLOCK (threads per block) and NUMR_POOR_SHIFT_RATIO come from
+// numr_web/numerics.py as -D options (numerics.cuda_defines()), so every
+// backend shares one definition.
+#if !defined(NUMR_BLOCK) || !defined(NUMR_POOR_SHIFT_RATIO)
+#error "compile with numr_web.numerics.cuda_defines(): -DNUMR_BLOCK=... -DNUMR_POOR_SHIFT_RATIO=..."
+#endif
 #define NUMR_WARPS (NUMR_BLOCK / 32)
 
 typedef unsigned long long numr_u64;
@@ -360,7 +365,7 @@ __device__ __forceinline__ bool fwd_statistics(
         sh_mean = (double)K + d;
         sh_var = var;
         // false for NaN; a finite s1 with an infinite s2 means float32 squares overflowed
-        sh_redo = (d * d > 8.0 * var) || (isfinite(t1) && !isfinite(t2));
+        sh_redo = (d * d > NUMR_POOR_SHIFT_RATIO * var) || (isfinite(t1) && !isfinite(t2));
     }
     __syncthreads();
 

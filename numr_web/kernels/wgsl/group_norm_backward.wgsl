@@ -9,7 +9,7 @@
 //   b = rstd (sgx - mean_lo sg) / M, a = sg / M
 //   dx = rstd*w_c*dz + c1*xc + c0, c1 = -rstd^2 b, c0 = rstd^2 b mean_lo - rstd a
 //   -> COEF = (c0, c1, mean_lo, zlo); dweight_c = sum_n rstd (ds - mean_lo db)
-// With SILU and |mean| * rstd > Z_REFINE_ABOVE a first pass over the group's x finds
+// With SILU and |mean| * rstd > REFINE_MEAN_ABOVE a first pass over the group's x finds
 // mean_lo before z is rebuilt: shift = b - zlo * scale, zlo = mean_lo (else 0).
 // Item partials go through global memory (PART), so any channel count works;
 // every sum has a fixed order (deterministic, no atomics).
@@ -80,7 +80,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 
   var zlo = 0.0;
   if (SILU) {
-    if (lid == 0u) { wg_zlo = select(0.0, 1.0, abs(mean) * rstd > Z_REFINE_ABOVE); }
+    if (lid == 0u) { wg_zlo = select(0.0, 1.0, abs(mean) * rstd > REFINE_MEAN_ABOVE); }
     if (workgroupUniformLoad(&wg_zlo) != 0.0) {
       wg_res[lid] = dot(resid_part(lid, gl, n, g, mean), vec4<f32>(1.0));
       workgroupBarrier();

@@ -12,10 +12,10 @@ fn mean_low_part(mean: f32, resid: f32, inv_m: f32) -> f32 {
 }
 
 // With SILU the backward rebuilds z = (x - mean) * scale + shift from the float32 mean.
-// Where |mean| * rstd exceeds this, the mean's low part matters there too (up to about
-// 1e-6 of z at the limit, 5e-4 at offset 1e4) and the kernels restore it with a first
-// pass over x before the sums; shift becomes b - lo * scale.
-const Z_REFINE_ABOVE: f32 = 16.0;
+// Where |mean| * rstd exceeds REFINE_MEAN_ABOVE (numr_web/numerics.py, spliced in by
+// source.py), the mean's low part matters there too (up to about 1e-6 of z at the limit,
+// 5e-4 at offset 1e4) and the kernels restore it with a first pass over x before the
+// sums; shift becomes b - lo * scale.
 
 // dx = rstd * w * dz + c1 * (x - mean) + c0, with the mean's low part `lo` restored from
 // resid.  Returns (c0, c1, lo).

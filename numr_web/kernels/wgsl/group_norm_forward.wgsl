@@ -64,7 +64,7 @@ fn combine(k: f32, sc: f32, allow_redo: bool) {
   let d = s1 * p.inv_m;
   let v = max(s2 * p.inv_m - d * d, 0.0);
   let overflow = not_finite(s2) && !not_finite(s1);
-  let redo = allow_redo && (d * d > 8.0 * v || overflow);
+  let redo = allow_redo && (d * d > POOR_SHIFT_RATIO * v || overflow);
   wg_stat = vec4<f32>(k, d / sc, v, select(0.0, select(1.0, 2.0, overflow), redo));
 }
 

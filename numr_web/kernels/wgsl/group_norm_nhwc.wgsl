@@ -54,7 +54,7 @@ fn lane_records(lg: vec4<u32>) -> mat4x4<f32> {
 var<workgroup> wg_scale: array<f32, MAXGB>;
 var<workgroup> wg_flag: f32;
 // backward with SILU: the mean's low part z is rebuilt with, per group of the block
-// (group_norm_coef.wgsl, Z_REFINE_ABOVE; 0 where not needed)
+// (group_norm_coef.wgsl, REFINE_MEAN_ABOVE; 0 where not needed)
 var<workgroup> wg_zlo: array<f32, MAXGB>;
 
 fn lane_zlo(lg: vec4<u32>) -> vec4<f32> {
@@ -174,7 +174,7 @@ fn fold_stats(bl_local: u32, allow_redo: bool) {
     let d = s1 * p.inv_m;
     let v = max(s2 * p.inv_m - d * d, 0.0);
     let overflow = not_finite(s2) && !not_finite(s1);
-    let redo = allow_redo && (d * d > 8.0 * v || overflow);
+    let redo = allow_redo && (d * d > POOR_SHIFT_RATIO * v || overflow);
     let k = wg_grp[j].x;
     if (redo) {
       // next pass: centred on this mean, scaled by 2^-64 if the squares overflowed
@@ -258,7 +258,7 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
       var need = 0.0;
       for (var j = 0u; j < p.GB; j++) {
         wg_zlo[j] = 0.0;
-        if (abs(wg_grp[j].z) * wg_grp[j].w > Z_REFINE_ABOVE) { need = 1.0; }
+        if (abs(wg_grp[j].z) * wg_grp[j].w > REFINE_MEAN_ABOVE) { need = 1.0; }
       }
       wg_flag = need;
     }
@@ -270,7 +270,7 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
       if (lid == 0u) {
         for (var j = 0u; j < p.GB; j++) {
           let st = wg_grp[j];
-          if (abs(st.z) * st.w > Z_REFINE_ABOVE) {
+          if (abs(st.z) * st.w > REFINE_MEAN_ABOVE) {
             wg_zlo[j] = mean_low_part(st.z, group_resid(bl, j), p.inv_m);
           }
         }

@@ -61,15 +61,13 @@ def _elementwise(ctx, code, y, a, b, scalar=0.0, meta_shape=None, sa=None, sb=No
     sb = sb or (1,)
     rank = len(meta_shape)
     meta = _u32(count, code, rank, _f32bits(scalar), *meta_shape, *sa, *sb)
-    abuf = a if a is not None else None
-    bbuf = b if b is not None else None
     dtypes = {
         "A": _key(ctx, a.dtype if a is not None else y.dtype),
         "B": _key(ctx, b.dtype if b is not None else y.dtype),
         "Y": _key(ctx, y.dtype),
     }
-    binds = [abuf.buffer if abuf is not None else ctx.dummy, bbuf.buffer if bbuf is not None else ctx.dummy, y.buffer]
-    binds = [(bb, 0, _whole(ctx, bb)) for bb in binds]
+    buffers = [a.buffer if a is not None else ctx.dummy, b.buffer if b is not None else ctx.dummy, y.buffer]
+    binds = [(buf, 0, _whole(ctx, buf)) for buf in buffers]
     units = -(-count // 4)
     ctx.launch("elementwise.wgsl", "main", dtypes, {"FLAT": flat}, binds, -(-units // 256), meta)
     return y
@@ -272,7 +270,7 @@ def _reduce(ctx, a, y, O, S, R, kshape, kstr, rshape, rstr, scale):
         "main",
         dtypes,
         {},
-        [a, y] if False else [(a.buffer, 0, _whole(ctx, a.buffer)), (y.buffer, 0, _whole(ctx, y.buffer))],
+        [(a.buffer, 0, _whole(ctx, a.buffer)), (y.buffer, 0, _whole(ctx, y.buffer))],
         -(-units // 64),
         meta,
     )

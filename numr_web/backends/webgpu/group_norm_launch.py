@@ -8,10 +8,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from numr_web.backends.webgpu import ops
+from numr_web.backends.webgpu import array_kernels
 from numr_web.backends.webgpu.array import WebGPUArray
 from numr_web.backends.webgpu.device import OFFSET_ALIGN, Scratch, round_up
-from numr_web.memory_layout import memory_layout
 
 WG = 64  # threads per (n, g) workgroup
 F32 = np.dtype(np.float32)
@@ -72,19 +71,20 @@ def plan_pieces_cpu(a_count: int, steps: int, simd: int = 8, max_wg: int = 256):
     return best_p, wg
 
 
-class Layout:
+class GroupPlan:
     """Shape facts of one call."""
 
-    def __init__(self, x: WebGPUArray, num_groups: int, cpu_adapter: bool = False):
+    def __init__(self, x: WebGPUArray, num_groups: int, layout: str, cpu_adapter: bool = False):
         self.N, self.C = x.shape[:2]
         self.HW = math.prod(x.shape[2:])
         self.G = num_groups
-        self.Cg = self.C // num_groups
-        self.M = self.Cg * self.HW
-        self.nhwc = memory_layout(x.shape, x.strides, x.itemsize) == "nhwc"
-        self.vec = 4 if ((not self.nhwc and self.HW % 4 == 0) or (self.nhwc and self.Cg % 4 == 0)) else 1
+        self.channels_per_group = self.C // num_groups
+        self.M = self.channels_per_group * self.HW
+        self.nhwc = layout == "nhwc"
+        quads = self.channels_per_group % 4 == 0 if self.nhwc else self.HW % 4 == 0
+        self.vec = 4 if quads else 1
         self.fused = self.vec == 4
-        self.A = self.Cg // 4 if (self.nhwc and self.vec == 4) else self.Cg
+        self.A = self.channels_per_group // 4 if (self.nhwc and self.vec == 4) else self.channels_per_group
         self.steps = self.HW if self.nhwc else self.HW // self.vec
         if cpu_adapter:
             self.P, self.wg = plan_pieces_cpu(self.A, self.steps)
@@ -141,7 +141,7 @@ class Layout:
             self.C,
             self.HW,
             self.G,
-            self.Cg,
+            self.channels_per_group,
             self.A,
             self.P,
             self.items,
@@ -156,58 +156,53 @@ class Layout:
             0,
         )
 
-    def workgroups(self, ngroups):
-        return ngroups
-
     def flat_params(self, x_base, g_first, count):
-        return struct.pack("<8I", self.C, self.HW, self.G, self.Cg, x_base, g_first // self.G, g_first, count)
+        return struct.pack(
+            "<8I", self.C, self.HW, self.G, self.channels_per_group, x_base, g_first // self.G, g_first, count
+        )
 
     def constants(self, apply, silu, affine):
         return {"NHWC": self.nhwc, "VEC": self.vec, "APPLY": apply, "SILU": silu, "AFFINE": affine, "WG": self.wg}
 
 
 MAXGB = 64  # workgroup array size in group_norm_nhwc.wgsl
-#: CPU adapters: widen channels-last blocks until a block's row segment has this many bytes.
-#: Measured on lavapipe at (8,320,64,64) G=32: 0 (narrowest blocks, the group slab stays in L2
-#: for the second sweep) 0.26 of the vec4 copy, 128 bytes 0.23, 512 bytes 0.17.
-NHWC_ROW_BYTES = 0
 
 
-class BlockLayout:
+class BlockPlan:
     """Channels-last with C % 4 == 0: workgroups over blocks of GB groups (whole channel quads)."""
 
-    def __init__(self, L: Layout, cpu_adapter: bool):
-        gb = 4 // math.gcd(L.Cg, 4)
-        if cpu_adapter:
-            while gb * L.Cg * L.isz < NHWC_ROW_BYTES and L.G % (gb * 2) == 0 and gb * 2 <= MAXGB:
-                gb *= 2
+    def __init__(self, plan: GroupPlan, cpu_adapter: bool):
+        # the narrowest blocks of whole channel quads: on lavapipe at (8,320,64,64) G=32 wider
+        # blocks measured slower (0.26 of the vec4 copy, against 0.23 and 0.17 at 128 and 512
+        # bytes per row segment), since a narrow group slab stays in L2 for the second sweep
+        gb = 4 // math.gcd(plan.channels_per_group, 4)
         self.GB = gb
-        self.A = gb * L.Cg // 4
+        self.A = gb * plan.channels_per_group // 4
         if cpu_adapter:
-            self.P, self.wg = plan_pieces_cpu(self.A, L.HW)
+            self.P, self.wg = plan_pieces_cpu(self.A, plan.HW)
         else:
-            self.P, self.wg = plan_pieces(self.A, L.HW), WG
+            self.P, self.wg = plan_pieces(self.A, plan.HW), WG
         self.items = self.A * self.P
-        self.L = L
+        self.plan = plan
 
     def params(self, x_base, g_first, ngroups, eps=0.0):
-        L = self.L
+        plan = self.plan
         return struct.pack(
             "<12I2f2I",
-            L.C,
-            L.HW,
-            L.G,
-            L.Cg,
+            plan.C,
+            plan.HW,
+            plan.G,
+            plan.channels_per_group,
             self.A,
             self.P,
             self.items,
             self.GB,
             x_base,
-            g_first // L.G,
+            g_first // plan.G,
             ngroups // self.GB,
-            L.M,
+            plan.M,
             float(eps),
-            1.0 / L.M if L.M else 0.0,
+            1.0 / plan.M if plan.M else 0.0,
             0,
             0,
         )
@@ -216,18 +211,14 @@ class BlockLayout:
         return {"SILU": silu, "AFFINE": affine, "WG": self.wg, "MAXGB": MAXGB}
 
 
-def _block_path(L: Layout) -> bool:
-    return L.nhwc and L.C % 4 == 0
-
-
-def dt2(key):
-    return {"X": key, "DY": key, "Y": key}
+def _block_path(plan: GroupPlan) -> bool:
+    return plan.nhwc and plan.C % 4 == 0
 
 
 def _f32_param(v):
     if v is None:
         return None
-    return v if v.dtype == F32 else ops.convert(v, F32)
+    return v if v.dtype == F32 else array_kernels.convert(v, F32)
 
 
 def _whole(ctx, arr_or_buf):
@@ -240,149 +231,141 @@ def _whole(ctx, arr_or_buf):
     return (buf, 0, min(size, ctx.max_binding))
 
 
-def _stat(ctx, arr):
-    return _whole(ctx, arr if arr is not None else ctx.dummy)
-
-
-def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation=None):
+def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation, layout):
     ctx = x.ctx
-    if memory_layout(x.shape, x.strides, x.itemsize) == "other":
-        x = ops.convert(x, x.dtype, c_order=True)
-    L = Layout(x, num_groups, ctx.cpu_adapter)
-    y = ops.empty_like(x)
-    mean = ops.empty(ctx, (L.N, L.G), F32)
-    rstd = ops.empty(ctx, (L.N, L.G), F32)
-    if L.N * L.G == 0:
+    plan = GroupPlan(x, num_groups, layout, ctx.cpu_adapter)
+    y = array_kernels.empty_like(x)
+    mean = array_kernels.empty(ctx, (plan.N, plan.G), F32)
+    rstd = array_kernels.empty(ctx, (plan.N, plan.G), F32)
+    if plan.N * plan.G == 0:
         return y, mean, rstd
-    if L.M == 0:  # empty groups have no statistics (as on every backend)
-        return y, ops.full(ctx, (L.N, L.G), F32, math.nan), ops.full(ctx, (L.N, L.G), F32, math.nan)
+    if plan.M == 0:  # empty groups have no statistics (as on every backend)
+        mean, rstd = (array_kernels.full(ctx, (plan.N, plan.G), F32, math.nan) for _ in range(2))
+        return y, mean, rstd
     w, b = _f32_param(weight), _f32_param(bias)
     affine = w is not None
     if affine and b is None:
-        b = ops.full(ctx, w.shape, F32, 0.0)
+        b = array_kernels.full(ctx, w.shape, F32, 0.0)
     elif b is not None and not affine:
-        w = ops.full(ctx, b.shape, F32, 1.0)
+        w = array_kernels.full(ctx, b.shape, F32, 1.0)
         affine = True
     silu = activation == "silu"
-    aux = Scratch(ctx, L.N * L.G * 16)
+    aux = Scratch(ctx, plan.N * plan.G * 16)
     key = ctx.dtype_key(x.dtype.name)
     dt = {"X": key, "Y": key}
-    wb = [_whole(ctx, w) if affine else _whole(ctx, ctx.dummy), _whole(ctx, b) if affine else _whole(ctx, ctx.dummy)]
-    if _block_path(L):
-        K = BlockLayout(L, ctx.cpu_adapter)
-        part_per_group = K.items * 32 // K.GB
-        for g_first, ngroups, off, size, x_base, _count in L.chunks(ctx.max_binding, part_per_group):
+    affine_binds = [_whole(ctx, w if affine else ctx.dummy), _whole(ctx, b if affine else ctx.dummy)]
+    if _block_path(plan):
+        blocks = BlockPlan(plan, ctx.cpu_adapter)
+        part_per_group = blocks.items * 32 // blocks.GB
+        for g_first, ngroups, off, size, x_base, _count in plan.chunks(ctx.max_binding, part_per_group):
             xb = (x.buffer, off, size)
             part = Scratch(ctx, ngroups * part_per_group)
             ctx.launch(
                 "group_norm_nhwc.wgsl",
                 "forward",
                 {"X": key, "DY": key, "Y": key},
-                K.constants(silu, affine),
+                blocks.constants(silu, affine),
                 [
                     xb,
                     xb,
                     (y.buffer, off, size),
-                    *wb,
+                    *affine_binds,
                     _whole(ctx, mean),
                     _whole(ctx, rstd),
                     _whole(ctx, part),
                     ctx.dummy_rw(0),
                     ctx.dummy_rw(1),
                 ],
-                ngroups // K.GB,
-                K.params(x_base, g_first, ngroups, eps),
+                ngroups // blocks.GB,
+                blocks.params(x_base, g_first, ngroups, eps),
             )
         return y, mean, rstd
-    for g_first, ngroups, off, size, x_base, count in L.chunks(ctx.max_binding):
+    for g_first, ngroups, off, size, x_base, count in plan.chunks(ctx.max_binding):
         xb = (x.buffer, off, size)
         yb = (y.buffer, off, size)
         ctx.launch(
             "group_norm_forward.wgsl",
             "main",
             dt,
-            L.constants(L.fused, silu, affine),
-            [xb, yb, *wb, _whole(ctx, mean), _whole(ctx, rstd), _whole(ctx, aux)],
-            L.workgroups(ngroups),
-            L.params(x_base, g_first, ngroups, eps),
+            plan.constants(plan.fused, silu, affine),
+            [xb, yb, *affine_binds, _whole(ctx, mean), _whole(ctx, rstd), _whole(ctx, aux)],
+            ngroups,
+            plan.params(x_base, g_first, ngroups, eps),
         )
-        if not L.fused:
+        if not plan.fused:
             ctx.launch(
                 "group_norm_flat.wgsl",
                 "apply",
                 {"X": key, "DY": key, "Y": key},
-                {"NHWC": L.nhwc, "SILU": silu, "AFFINE": affine},
-                [xb, xb, yb, *wb, _whole(ctx, aux), _whole(ctx, mean), _whole(ctx, rstd)],
+                {"NHWC": plan.nhwc, "SILU": silu, "AFFINE": affine},
+                [xb, xb, yb, *affine_binds, _whole(ctx, aux), _whole(ctx, mean), _whole(ctx, rstd)],
                 -(-count // 1024),
-                L.flat_params(x_base, g_first, count),
+                plan.flat_params(x_base, g_first, count),
             )
     return y, mean, rstd
 
 
-def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_groups, activation=None):
+def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_groups, activation, layout):
     ctx = x.ctx
-    if memory_layout(x.shape, x.strides, x.itemsize) == "other":
-        x = ops.convert(x, x.dtype, c_order=True)
     if dy.dtype != x.dtype:
-        dy = ops.convert(dy, x.dtype)
-    dy = ops.to_order(dy, x.order)
-    L = Layout(x, num_groups, ctx.cpu_adapter)
+        dy = array_kernels.convert(dy, x.dtype)
+    plan = GroupPlan(x, num_groups, layout, ctx.cpu_adapter)
     mean = _f32_param(mean)
     rstd = _f32_param(rstd)
     if not mean.is_c_contiguous:
-        mean = ops.convert(mean, F32, c_order=True)
+        mean = array_kernels.convert(mean, F32, c_order=True)
     if not rstd.is_c_contiguous:
-        rstd = ops.convert(rstd, F32, c_order=True)
-    dx = ops.empty_like(x)
+        rstd = array_kernels.convert(rstd, F32, c_order=True)
+    dx = array_kernels.empty_like(x)
     w = _f32_param(weight)
     affine = w is not None
     silu = activation == "silu"
     b = _f32_param(bias) if silu else None
     if silu and b is None:
-        b = ops.full(ctx, (L.C,), F32, 0.0)
+        b = array_kernels.full(ctx, (plan.C,), F32, 0.0)
     if silu and w is None:
-        w_eff, use_w = ops.full(ctx, (L.C,), F32, 1.0), True
+        w_eff, use_w = array_kernels.full(ctx, (plan.C,), F32, 1.0), True
     else:
         w_eff, use_w = w, affine
     if b is None:
-        b = ops.full(ctx, (L.C,), F32, 0.0) if use_w else None
+        b = array_kernels.full(ctx, (plan.C,), F32, 0.0) if use_w else None
 
-    dsdb = Scratch(ctx, max(L.N * L.C * 8, 16))
-    coef = Scratch(ctx, max(L.N * L.G * 16, 16))
-    if L.N * L.G > 0 and L.M > 0:
+    dsdb = Scratch(ctx, max(plan.N * plan.C * 8, 16))
+    coef = Scratch(ctx, max(plan.N * plan.G * 16, 16))
+    if plan.N * plan.G > 0 and plan.M > 0:
         key = ctx.dtype_key(x.dtype.name)
         dt = {"X": key, "DY": key, "DX": key}
-        wb = [
+        affine_binds = [
             _whole(ctx, w_eff) if use_w else _whole(ctx, ctx.dummy),
             _whole(ctx, b) if use_w else _whole(ctx, ctx.dummy),
         ]
-        if _block_path(L):
-            K = BlockLayout(L, ctx.cpu_adapter)
-            part_per_group = K.items * 48 // K.GB
-            for g_first, ngroups, off, size, x_base, _count in L.chunks(ctx.max_binding, part_per_group):
+        if _block_path(plan):
+            blocks = BlockPlan(plan, ctx.cpu_adapter)
+            part_per_group = blocks.items * 48 // blocks.GB
+            for g_first, ngroups, off, size, x_base, _count in plan.chunks(ctx.max_binding, part_per_group):
                 part = Scratch(ctx, ngroups * part_per_group)
                 ctx.launch(
                     "group_norm_nhwc.wgsl",
                     "backward",
-                    dt2(key),
-                    K.constants(silu, use_w),
+                    {"X": key, "DY": key, "Y": key},
+                    blocks.constants(silu, use_w),
                     [
                         (x.buffer, off, size),
                         (dy.buffer, off, size),
                         (dx.buffer, off, size),
-                        *wb,
+                        *affine_binds,
                         _whole(ctx, mean),
                         _whole(ctx, rstd),
                         _whole(ctx, part),
                         _whole(ctx, dsdb),
                         _whole(ctx, coef),
                     ],
-                    ngroups // K.GB,
-                    K.params(x_base, g_first, ngroups),
+                    ngroups // blocks.GB,
+                    blocks.params(x_base, g_first, ngroups),
                 )
-        part_per_group = L.items * 32
+        part_per_group = plan.items * 32
         for g_first, ngroups, off, size, x_base, count in (
-            [] if _block_path(L) else L.chunks(ctx.max_binding, part_per_group)
+            [] if _block_path(plan) else plan.chunks(ctx.max_binding, part_per_group)
         ):
             xb, dyb, dxb = (x.buffer, off, size), (dy.buffer, off, size), (dx.buffer, off, size)
             part = Scratch(ctx, ngroups * part_per_group)
@@ -390,39 +373,39 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
                 "group_norm_backward.wgsl",
                 "main",
                 dt,
-                L.constants(L.fused, silu, use_w),
+                plan.constants(plan.fused, silu, use_w),
                 [
                     xb,
                     dyb,
                     dxb,
-                    *wb,
+                    *affine_binds,
                     _whole(ctx, mean),
                     _whole(ctx, rstd),
                     _whole(ctx, part),
                     _whole(ctx, dsdb),
                     _whole(ctx, coef),
                 ],
-                L.workgroups(ngroups),
-                L.params(x_base, g_first, ngroups),
+                ngroups,
+                plan.params(x_base, g_first, ngroups),
             )
-            if not L.fused:
+            if not plan.fused:
                 ctx.launch(
                     "group_norm_flat.wgsl",
                     "dx",
                     {"X": key, "DY": key, "Y": key},
-                    {"NHWC": L.nhwc, "SILU": silu, "AFFINE": use_w},
-                    [xb, dyb, dxb, *wb, _whole(ctx, coef), _whole(ctx, mean), _whole(ctx, rstd)],
+                    {"NHWC": plan.nhwc, "SILU": silu, "AFFINE": use_w},
+                    [xb, dyb, dxb, *affine_binds, _whole(ctx, coef), _whole(ctx, mean), _whole(ctx, rstd)],
                     -(-count // 1024),
-                    L.flat_params(x_base, g_first, count),
+                    plan.flat_params(x_base, g_first, count),
                 )
     if weight is None:
         return dx, None, None
-    dweight = ops.empty(ctx, (L.C,), F32)
-    dbias = ops.empty(ctx, (L.C,), F32)
-    if L.C:
-        if L.N * L.G == 0 or L.M == 0:
-            dweight = ops.full(ctx, (L.C,), F32, 0.0)
-            dbias = ops.full(ctx, (L.C,), F32, 0.0)
+    dweight = array_kernels.empty(ctx, (plan.C,), F32)
+    dbias = array_kernels.empty(ctx, (plan.C,), F32)
+    if plan.C:
+        if plan.N * plan.G == 0 or plan.M == 0:
+            dweight = array_kernels.full(ctx, (plan.C,), F32, 0.0)
+            dbias = array_kernels.full(ctx, (plan.C,), F32, 0.0)
         else:
             ctx.launch(
                 "group_norm_dweight.wgsl",
@@ -430,9 +413,9 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
                 {},
                 {},
                 [_whole(ctx, dsdb), _whole(ctx, rstd), _whole(ctx, dweight), _whole(ctx, dbias), _whole(ctx, coef)],
-                -(-L.C // 64),
-                struct.pack("<4I", L.N, L.C, L.G, L.Cg),
+                -(-plan.C // 64),
+                struct.pack("<4I", plan.N, plan.C, plan.G, plan.channels_per_group),
             )
     if weight.dtype != F32:
-        dweight, dbias = ops.convert(dweight, weight.dtype), ops.convert(dbias, weight.dtype)
+        dweight, dbias = array_kernels.convert(dweight, weight.dtype), array_kernels.convert(dbias, weight.dtype)
     return dx, dweight, dbias

@@ -1,0 +1,74 @@
+"""The transport contract: the few WebGPU calls the layers above need, as a Protocol both transports satisfy.
+
+Everything above a transport (buffers, the pipeline cache, launches, chunking)
+is shared; a transport only turns these calls into one WebGPU API:
+
+* ``transport_wgpu``: wgpu-py on the desktop (Vulkan, Metal, D3D12, lavapipe);
+* ``transport_browser``: the browser's ``navigator.gpu`` from Pyodide.
+
+Buffers are the transport's own objects with a ``.size``; ``bindings`` are
+``(buffer, offset, size)`` tuples; ``binding_kinds`` lists "read",
+"read_write" or "uniform" per binding number.  Writes, pipelines and
+dispatches are synchronous in WebGPU everywhere; only the device request and
+the read-back wait on the GPU, and a transport that cannot block (a browser
+without JSPI) offers awaitable forms of those instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class Device(Protocol):
+    """An adapter and its device, with the facts the layers above read."""
+
+    #: adapter, vendor, description, backend, adapter_type, transport
+    info: dict
+    #: features enabled on the device, and those the adapter offers
+    features: set
+    adapter_features: set
+    #: WebGPU limit names in dashed form ("max-storage-buffer-binding-size") -> value
+    limits: dict
+    #: set once the device is gone (destroyed, reset); the next call asks for a new one
+    lost: bool
+
+
+class Transport(Protocol):
+    #: the name ``numr-web info`` shows ("wgpu-py", "navigator.gpu")
+    NAME: str
+
+    def import_error(self) -> str | None:
+        """None when this transport's API is present here, else why not."""
+
+    def request_device(self, options: dict) -> Device:
+        """An adapter and device (blocks), or RuntimeError with the reason.
+
+        ``options``: power_preference, required_features, required_limits, want_f16.
+        """
+
+    def create_buffer(self, dev: Device, size: int) -> Any:
+        """A storage buffer (storage | copy_src | copy_dst) of ``size`` bytes."""
+
+    def write_buffer(self, dev: Device, buf: Any, offset: int, data) -> None:
+        """Queue a write of ``data`` (any buffer-protocol object) at ``offset``."""
+
+    def read_buffer(self, dev: Device, buf: Any, offset: int, size: int) -> bytes:
+        """``size`` bytes from ``offset``, after all queued work (blocks)."""
+
+    def create_pipeline(self, dev: Device, code: str, entry: str, binding_kinds: list) -> Any:
+        """A compute pipeline for ``entry`` of WGSL ``code`` with an explicit bind group layout."""
+
+    def dispatch(self, dev: Device, pipeline: Any, bindings: list, groups: tuple) -> None:
+        """Encode and submit one dispatch of ``groups`` (x, y, z) workgroups."""
+
+    def wait(self, dev: Device) -> None:
+        """Block until the submitted work is done."""
+
+    def destroy_buffer(self, buf: Any) -> None:
+        """Free a buffer now (errors from an already lost device are ignored)."""
+
+    def lose_device(self, dev: Device) -> None:
+        """Destroy the device as a driver reset would (tests)."""
+
+    def is_device_lost(self, exc: BaseException) -> bool:
+        """True when ``exc`` says the device is gone."""
