@@ -5,6 +5,7 @@
 //     mode:  "async" (pyodide.runPythonAsync) | "callback" (plain pyodide.runPython from a setTimeout
 //            callback; a returned coroutine is then awaited from JS)
 //     -> JSON string {"ok": true, "result": <the code's last expression>} | {"ok": false, "error": ...}
+//   index.html?workers=0 boots the page's Pyodide only (scripts/browser-bench needs no workers).
 import { boot, run } from "./common.mjs";
 
 function startWorker(query) {
@@ -35,11 +36,13 @@ function startWorker(query) {
   return { booted, call };
 }
 
-const workers = { worker: startWorker(""), "worker-nojspi": startWorker("?nojspi=1") };
+const withWorkers = new URL(window.location.href).searchParams.get("workers") !== "0";
+const workers = withWorkers ? { worker: startWorker(""), "worker-nojspi": startWorker("?nojspi=1") } : {};
 const pageBooted = boot();
+const names = Object.keys(workers);
 
-window.harnessReady = Promise.all([pageBooted, workers.worker.booted, workers["worker-nojspi"].booted]).then(
-  ([page, worker, workerNoJspi]) => ({ page: page.bootMs, worker, "worker-nojspi": workerNoJspi }),
+window.harnessReady = Promise.all([pageBooted, ...names.map((name) => workers[name].booted)]).then(
+  ([page, ...booted]) => Object.fromEntries([["page", page.bootMs], ...names.map((name, i) => [name, booted[i]])]),
 );
 
 window.runPython = async (code, { where = "page", mode = "async" } = {}) => {
