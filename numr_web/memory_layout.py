@@ -14,8 +14,6 @@ descriptions fit (no spatial extent, a single channel...) ``"nchw"`` wins.
 
 from __future__ import annotations
 
-import numpy as np
-
 
 def contiguous_strides(shape, itemsize):
     strides = []
@@ -44,13 +42,23 @@ def channels_last_perms(ndim: int):
     p = _CL_PERMS.get(ndim)
     if p is None:
         perm = channels_last_perm(ndim)
-        p = _CL_PERMS[ndim] = (perm, tuple(int(i) for i in np.argsort(perm)))
+        p = _CL_PERMS[ndim] = (perm, inverse_permutation(perm))
     return p
+
+
+def inverse_permutation(perm):
+    """The axis order that undoes ``perm``."""
+    inverse = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inverse[p] = i
+    return tuple(inverse)
 
 
 def as_channels_last(a):
     """The NumPy array ``a`` (N, C, *spatial) in dense channels-last memory, same shape (a copy
     unless its memory is in that order already)."""
+    import numpy as np
+
     perm, inverse = channels_last_perms(a.ndim)
     return np.ascontiguousarray(a.transpose(perm)).transpose(inverse)
 

@@ -1,15 +1,16 @@
-"""Moving arrays between devices."""
+"""Moving arrays between devices: to_device and to_numpy (NumPy is imported only by the calls that need it)."""
 
 from __future__ import annotations
 
-import numpy as np
+import numbers
 
 from numr_web.autograd.tensor import Tensor
 from numr_web.backends import backend_for, device_of, get_backend, is_array
+from numr_web.host import is_ndarray, is_numpy_scalar, require_numpy
 
 
 def _host(array):
-    if isinstance(array, np.ndarray):
+    if is_ndarray(array):
         return array
     return backend_for(array).to_numpy(array)
 
@@ -25,8 +26,8 @@ def to_device(array, device: str):
         return Tensor(to_device(array.data, device), requires_grad=array.requires_grad)
     target = get_backend(device)  # validates the name, raises BackendUnavailable
     if not is_array(array):
-        if isinstance(array, (list, tuple, int, float, np.generic)):
-            array = np.asarray(array)
+        if isinstance(array, (list, tuple, numbers.Real)) or is_numpy_scalar(array):
+            array = require_numpy("to_device of a list or a number").asarray(array)
         else:
             raise TypeError(f"array: expected a NumPy, CuPy or WebGPU array or a Tensor, got {type(array).__name__}")
     if device_of(array) == target.device:
@@ -34,7 +35,7 @@ def to_device(array, device: str):
     return target.from_numpy(_host(array))
 
 
-def to_numpy(array) -> np.ndarray:
+def to_numpy(array):
     """A NumPy array with the values of ``array`` (any device, or a Tensor)."""
     if isinstance(array, Tensor):
         array = array.data

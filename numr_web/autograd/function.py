@@ -12,8 +12,7 @@ import contextlib
 import threading
 import weakref
 
-import numpy as np
-
+from numr_web.host import is_numpy_scalar
 from numr_web.schema import OpSchema
 
 _state = threading.local()
@@ -105,8 +104,8 @@ class Function:
         record = is_grad_enabled() and cls.schema.produces_grad and any(needs)
         ctx = Context(args if record else (), needs)
         out = cls.forward(ctx, *raw)
-        if isinstance(out, np.generic):  # NumPy reductions return scalars
-            out = np.asarray(out)
+        if is_numpy_scalar(out):  # NumPy reductions return scalars
+            out = out.__array__()
         result = Tensor(out, requires_grad=record)
         if record:
             result.grad_fn = Node(cls, ctx, tuple(out.shape), out.dtype)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 
-import numpy as np
-
 from numr_web.backends import backend_for, device_of, is_array
-from numr_web.dtypes import dtype_name
+from numr_web.dtypes import dtype_name, is_supported_dtype
+from numr_web.host import is_numpy_scalar, require_numpy
 
 
 def _as_array(value):
@@ -15,8 +15,8 @@ def _as_array(value):
         return value.data
     if is_array(value):
         return value
-    if isinstance(value, (np.generic, numbers.Number, list, tuple)):
-        return np.asarray(value)
+    if isinstance(value, (numbers.Number, list, tuple)) or is_numpy_scalar(value):
+        return require_numpy("a Tensor of a list or a number").asarray(value)
     raise TypeError(f"Tensor: expected a NumPy, CuPy or WebGPU array (or a number or list), got {type(value).__name__}")
 
 
@@ -32,7 +32,7 @@ class Tensor:
 
     def __init__(self, array, requires_grad: bool = False):
         data = _as_array(array)
-        if requires_grad and not np.issubdtype(np.dtype(data.dtype), np.floating) and not _is_bf16(data.dtype):
+        if requires_grad and not is_supported_dtype(data.dtype):
             raise TypeError(f"requires_grad: only floating-point tensors can require gradients, got {data.dtype}")
         self.data = data
         self.requires_grad = bool(requires_grad)
@@ -43,7 +43,7 @@ class Tensor:
     shape = property(lambda self: tuple(self.data.shape))
     dtype = property(lambda self: self.data.dtype)
     ndim = property(lambda self: len(self.data.shape))
-    size = property(lambda self: int(np.prod(self.data.shape, dtype=np.int64)))
+    size = property(lambda self: math.prod(int(n) for n in self.data.shape))
     device = property(lambda self: device_of(self.data))
 
     @property
@@ -61,6 +61,7 @@ class Tensor:
         elif self.requires_grad:
             extra = ", requires_grad=True"
         try:
+            np = require_numpy("printing a Tensor's values")
             body = np.array2string(self.numpy(), precision=4, threshold=20)
         except Exception:  # pragma: no cover - repr must never fail
             body = f"<{self.device} array {self.shape}>"
@@ -73,7 +74,7 @@ class Tensor:
         out = self.numpy()
         return out if dtype is None else out.astype(dtype)
 
-    def numpy(self) -> np.ndarray:
+    def numpy(self):
         return backend_for(self.data).to_numpy(self.data)
 
     def item(self):
@@ -154,19 +155,15 @@ class Tensor:
         return _fn().Reshape.apply(self, tuple(int(s) for s in shape))
 
     def astype(self, dtype):
-        if np.dtype(dtype) == np.dtype(self.dtype):
+        if dtype_name(dtype) == dtype_name(self.dtype):
             return self
-        return _fn().Cast.apply(self, np.dtype(dtype))
+        return _fn().Cast.apply(self, dtype)
 
     def sigmoid(self):
         return _fn().Sigmoid.apply(self)
 
     def exp(self):
         return _fn().Exp.apply(self)
-
-
-def _is_bf16(dtype) -> bool:
-    return dtype_name(dtype) == "bfloat16"
 
 
 def _fn():

@@ -11,13 +11,12 @@ from __future__ import annotations
 import math
 import numbers
 
-import numpy as np
-
 from numr_web.autograd.function import Function, is_grad_enabled
 from numr_web.autograd.tensor import Tensor
 from numr_web.backends import backend_for, device_of, is_array
-from numr_web.dtypes import FLOAT_DTYPES, dtype_name, is_supported_dtype
+from numr_web.dtypes import dtype_name, is_supported_dtype
 from numr_web.errors import DeviceMismatch, ShapeMismatch
+from numr_web.host import is_numpy_scalar, loaded_numpy, require_numpy
 from numr_web.memory_layout import is_dense_channels_last, memory_layout
 from numr_web.schema import schema
 
@@ -28,12 +27,24 @@ ACTIVATIONS = (None, "silu")
 
 # -- validation ---------------------------------------------------------------
 
-#: NumPy float dtypes accepted as they are (the common case skips the generic checks)
-_NUMPY_FLOATS = frozenset(FLOAT_DTYPES)
+_numpy_floats = None
+
+
+def _is_plain_numpy_float(value) -> bool:
+    """A NumPy float array of an accepted dtype: the common case, which skips the generic checks."""
+    global _numpy_floats
+    np = loaded_numpy()
+    if np is None or type(value) is not np.ndarray:
+        return False
+    if _numpy_floats is None:
+        from numr_web.dtypes import FLOAT_DTYPES
+
+        _numpy_floats = frozenset(FLOAT_DTYPES)
+    return value.dtype in _numpy_floats
 
 
 def _array(value, name, *, optional=False):
-    if type(value) is np.ndarray and value.dtype in _NUMPY_FLOATS:
+    if _is_plain_numpy_float(value):
         return value
     if value is None:
         if optional:
@@ -42,8 +53,8 @@ def _array(value, name, *, optional=False):
     if isinstance(value, Tensor):
         value = value.data
     if not is_array(value):
-        if isinstance(value, (list, tuple)) or isinstance(value, (numbers.Number, np.generic)):
-            value = np.asarray(value)
+        if isinstance(value, (list, tuple, numbers.Number)) or is_numpy_scalar(value):
+            value = require_numpy(f"{name} given as a list or a number").asarray(value)
         else:
             raise TypeError(
                 f"{name}: expected a NumPy, CuPy or WebGPU array or a numr_web.Tensor, got {type(value).__name__}"
@@ -102,7 +113,8 @@ def _check_affine(value, name, channels, x):
 
 
 def _check_same_device(**arrays):
-    if all(v is None or type(v) is np.ndarray for v in arrays.values()):
+    np = loaded_numpy()
+    if np is not None and all(v is None or type(v) is np.ndarray for v in arrays.values()):
         return  # the common case, without the per-array device lookup
     present = {k: v for k, v in arrays.items() if v is not None}
     devices = {k: device_of(v) for k, v in present.items()}
@@ -113,7 +125,8 @@ def _check_same_device(**arrays):
 
 def layout_of(a) -> str:
     """``"nchw"``, ``"nhwc"`` (dense channels-last) or ``"other"``: the one place the op layer asks."""
-    if type(a) is np.ndarray and (a.flags.c_contiguous or is_dense_channels_last(a)):
+    np = loaded_numpy()
+    if np is not None and type(a) is np.ndarray and (a.flags.c_contiguous or is_dense_channels_last(a)):
         return "nchw" if a.flags.c_contiguous else "nhwc"
     return memory_layout(a.shape, a.strides, a.dtype.itemsize)
 

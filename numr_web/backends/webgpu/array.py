@@ -10,38 +10,44 @@ from __future__ import annotations
 
 import math
 import numbers
+import struct
 
-import numpy as np
+from numr_web.dtypes import DType, dtype_name
+from numr_web.dtypes import as_dtype as _as_float_dtype
+from numr_web.host import is_ndarray, require_numpy
+from numr_web.memory_layout import contiguous_strides, inverse_permutation, memory_order
 
-from numr_web.dtypes import BFLOAT16
-from numr_web.memory_layout import contiguous_strides, memory_order
-
-SUPPORTED = tuple(d for d in (np.dtype(np.float32), np.dtype(np.float16), BFLOAT16) if d is not None)
+#: the dtypes a WebGPU buffer holds (WGSL has no float64)
+SUPPORTED = ("float32", "float16", "bfloat16")
 
 
-def as_dtype(dtype) -> np.dtype:
-    """float32 / float16 / bfloat16 (a NumPy dtype, or its name) -> np.dtype, else TypeError."""
+def as_dtype(dtype) -> DType:
+    """float32 / float16 / bfloat16 (a DType, a NumPy dtype or a name) -> DType, else TypeError."""
     try:
-        if isinstance(dtype, str) and dtype.lower() in ("bfloat16", "bf16"):
-            dt = BFLOAT16
-        else:
-            dt = np.dtype(dtype)
+        dt = _as_float_dtype(dtype)
     except TypeError:
         dt = None
-    if dt is None or dt not in SUPPORTED:
-        raise TypeError(
-            f"dtype: WebGPU arrays hold float32, float16 or bfloat16, got {dtype!r}"
-            + (
-                "; WGSL has no float64: convert with .astype(np.float32) or use the 'cpu' or 'cuda' device"
-                if dt is not None and dt == np.float64
-                else ""
-            )
-        )
+    if dt is None or dt.name not in SUPPORTED:
+        try:
+            name = dtype_name(dtype)
+        except TypeError:
+            name = repr(dtype)
+        hint = ""
+        if name == "float64":
+            hint = "; WGSL has no float64: convert with .astype(np.float32) or use the 'cpu' or 'cuda' device"
+        raise TypeError(f"dtype: WebGPU arrays hold float32, float16 or bfloat16, got {name}{hint}")
     return dt
 
 
+def decode_scalar(raw: bytes, name: str) -> float:
+    """One element's bytes as a Python float, without NumPy."""
+    if name == "bfloat16":  # the high half of a float32
+        return struct.unpack("<f", b"\x00\x00" + raw[:2])[0]
+    return struct.unpack({"float32": "<f", "float16": "<e"}[name], raw[: 4 if name == "float32" else 2])[0]
+
+
 def _is_scalar(v):
-    return isinstance(v, numbers.Real) and not isinstance(v, bool) or isinstance(v, (bool, np.bool_))
+    return isinstance(v, numbers.Real) or type(v).__name__ == "bool_"
 
 
 class WebGPUArray:
@@ -55,7 +61,7 @@ class WebGPUArray:
     def __init__(self, storage, shape, dtype, strides=None):
         self._storage = storage
         self.shape = tuple(int(n) for n in shape)
-        self.dtype = np.dtype(dtype)
+        self.dtype = as_dtype(dtype)
         self.strides = tuple(strides) if strides is not None else contiguous_strides(self.shape, self.dtype.itemsize)
 
     # -- NumPy-like attributes -------------------------------------------------
@@ -122,31 +128,65 @@ class WebGPUArray:
             raise ValueError("the truth value of an array with more than one element is ambiguous")
         return bool(self.item())
 
-    # -- host transfers (explicit only) ------------------------------------------
+    # -- host transfers (explicit only: nothing reads the GPU behind the user's back) ----
+    # Each read-back has a blocking form and an awaitable one (``*_async``): in a browser
+    # that cannot block (no JSPI), the blocking form raises BlockingUnavailable naming the
+    # awaitable form.
     def physical_bytes(self) -> bytes:
-        """The buffer's bytes in memory order."""
+        """The buffer's bytes in memory order (blocks until the GPU is done)."""
         ctx = self.ctx
         return ctx.transport.read_buffer(ctx.dev, self.buffer, 0, self.nbytes) if self.nbytes else b""
 
-    def tobytes(self, order="C") -> bytes:
-        """The elements in C order as bytes (NumPy-free)."""
+    async def physical_bytes_async(self) -> bytes:
+        """The buffer's bytes in memory order, awaited."""
+        ctx = self.ctx
+        if not self.nbytes:
+            return b""
+        read = getattr(ctx.transport, "read_buffer_async", None)
+        if read is None:  # a transport that only blocks (wgpu-py)
+            return ctx.transport.read_buffer(ctx.dev, self.buffer, 0, self.nbytes)
+        return await read(ctx.dev, self.buffer, 0, self.nbytes)
+
+    def _c_order(self, order):
         if order != "C":
             raise ValueError("order: only 'C' is supported")
-        a = self if self.is_c_contiguous else self.copy(order="C")
-        return a.physical_bytes()
+        return self if self.is_c_contiguous else self.copy(order="C")
 
-    def get(self) -> np.ndarray:
-        """A NumPy array with these values and this memory layout."""
+    def tobytes(self, order="C") -> bytes:
+        """The elements in C order as bytes (NumPy-free)."""
+        return self._c_order(order).physical_bytes()
+
+    async def tobytes_async(self, order="C") -> bytes:
+        """The elements in C order as bytes (NumPy-free), awaited: works where blocking is not allowed."""
+        return await self._c_order(order).physical_bytes_async()
+
+    def _to_numpy(self, raw: bytes):
+        np = require_numpy("reading a WebGPU array into NumPy")
         order = self.order
         phys = tuple(self.shape[a] for a in order)
-        flat = np.frombuffer(self.physical_bytes(), dtype=self.dtype, count=self.size)
-        out = flat.reshape(phys).transpose(np.argsort(order)) if self.ndim else flat.reshape(())
+        flat = np.frombuffer(raw, dtype=self.dtype.dtype, count=self.size)
+        out = flat.reshape(phys).transpose(inverse_permutation(order)) if self.ndim else flat.reshape(())
         return out.copy(order="K")
 
-    def item(self):
+    def get(self):
+        """A NumPy array with these values and this memory layout."""
+        return self._to_numpy(self.physical_bytes())
+
+    async def get_async(self):
+        """``get``, awaited."""
+        return self._to_numpy(await self.physical_bytes_async())
+
+    def _scalar(self, raw: bytes):
         if self.size != 1:
             raise ValueError("can only convert an array of size 1 to a Python scalar")
-        return self.get().reshape(()).item()
+        return decode_scalar(raw, self.dtype.name)
+
+    def item(self):
+        return self._scalar(self.physical_bytes())
+
+    async def item_async(self):
+        """``item``, awaited."""
+        return self._scalar(await self.physical_bytes_async())
 
     def __float__(self):
         return float(self.item())
@@ -157,7 +197,7 @@ class WebGPUArray:
 
         if isinstance(other, WebGPUArray):
             return array_kernels.binary(other, self, code) if reflected else array_kernels.binary(self, other, code)
-        if _is_scalar(other) or (isinstance(other, np.ndarray) and other.ndim == 0):
+        if _is_scalar(other) or (is_ndarray(other) and other.ndim == 0):
             return array_kernels.scalar_op(self, float(other), rcode if reflected else code)
         return NotImplemented
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
+import numbers
 import struct
 
-import numpy as np
-
-from numr_web.backends.webgpu.array import WebGPUArray
+from numr_web.backends.webgpu.array import WebGPUArray, as_dtype
 from numr_web.backends.webgpu.device import Scratch
 from numr_web.memory_layout import contiguous_strides, memory_order
 
@@ -18,19 +17,19 @@ UNARY = {"neg": 20, "copy": 21, "fill": 22}
 
 def empty(ctx, shape, dtype, strides=None) -> WebGPUArray:
     shape = tuple(int(n) for n in shape)
-    dtype = np.dtype(dtype)
+    dtype = as_dtype(dtype)
     return WebGPUArray(Scratch(ctx, math.prod(shape) * dtype.itemsize), shape, dtype, strides)
 
 
 def empty_like(a: WebGPUArray, dtype=None) -> WebGPUArray:
     """Same shape and memory layout as ``a`` (strides rescaled to ``dtype``)."""
-    dtype = a.dtype if dtype is None else np.dtype(dtype)
+    dtype = a.dtype if dtype is None else as_dtype(dtype)
     strides = tuple(s // a.itemsize * dtype.itemsize for s in a.strides)
     return empty(a.ctx, a.shape, dtype, strides)
 
 
 def _key(ctx, dtype):
-    return ctx.dtype_key(np.dtype(dtype).name)
+    return ctx.dtype_key(as_dtype(dtype).name)
 
 
 def _u32(*vals):
@@ -80,7 +79,7 @@ def _whole(ctx, buf):
 def _promote(a: WebGPUArray, b: WebGPUArray):
     if a.dtype == b.dtype:
         return a, b
-    f32 = np.dtype(np.float32)
+    f32 = as_dtype("float32")
     return (a if a.dtype == f32 else convert(a, f32)), (b if b.dtype == f32 else convert(b, f32))
 
 
@@ -155,7 +154,7 @@ def convert(a: WebGPUArray, dtype, c_order=False, order=None) -> WebGPUArray:
     """A copy of ``a`` in ``dtype``; keeps ``a``'s layout, or C order / the axis ``order`` given."""
     ctx = a.ctx
     _check_binding(ctx, a)
-    dtype = np.dtype(dtype)
+    dtype = as_dtype(dtype)
     if order is None and (not c_order or a.is_c_contiguous):
         return _elementwise(ctx, UNARY["copy"], empty_like(a, dtype), a, None)
     order = tuple(range(a.ndim)) if order is None else tuple(order)
@@ -197,7 +196,7 @@ def reshape(a: WebGPUArray, shape) -> WebGPUArray:
 def _normalize_axes(axis, ndim):
     if axis is None:
         return tuple(range(ndim))
-    if isinstance(axis, (int, np.integer)):
+    if isinstance(axis, numbers.Integral):
         axis = (int(axis),)
     out = []
     for ax in axis:
@@ -251,7 +250,7 @@ def reduce_sum(a: WebGPUArray, axis, keepdims, mean) -> WebGPUArray:
         if S == 1:
             _reduce(ctx, src, y, O, 1, R_, kshape_, kstr_, rshape_, rstr_, scale)
             return y
-        part = empty(ctx, (O * S,), np.float32)
+        part = empty(ctx, (O * S,), "float32")
         _reduce(ctx, src, part, O, S, R_, kshape_, kstr_, rshape_, rstr_, 1.0)
         src, kshape_, kstr_, rshape_, rstr_, R_ = part, [O], [S], [S], [1], S
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
 from numr_web.backends.base import Backend
 from numr_web.backends.webgpu import array_kernels, group_norm_launch
 from numr_web.backends.webgpu import device as _device
 from numr_web.backends.webgpu.array import WebGPUArray, as_dtype
 from numr_web.backends.webgpu.device import Scratch
+from numr_web.host import require_numpy
 from numr_web.memory_layout import channels_last_perm, contiguous_strides, memory_layout
 
 _KEY_LIMITS = (
@@ -37,7 +36,7 @@ def _lost_guard(fn=None, *, retry=False):
             return fn(self, *args, **kwargs)
         except Exception as exc:
             ctx = _device.current()
-            transport = ctx.transport if ctx is not None else _device._state["transport"]
+            transport = ctx.transport if ctx is not None else _device.transport()
             if not (hasattr(transport, "is_device_lost") and transport.is_device_lost(exc)):
                 raise
             if ctx is not None:
@@ -112,37 +111,42 @@ class WebGPUBackend(Backend):
     # -- transfers -----------------------------------------------------------------
     @_lost_guard(retry=True)
     def from_numpy(self, array):
+        np = require_numpy("from_numpy")
         a = np.asarray(array)
         dt = as_dtype(a.dtype)  # a TypeError with the reason for float64 and the rest
-        ctx = _device.context()
-        if a.ndim >= 3 and memory_layout(a.shape, a.strides, a.itemsize) == "nhwc":
-            order = channels_last_perm(a.ndim)
-        else:
-            order = tuple(range(a.ndim))
+        nhwc = a.ndim >= 3 and memory_layout(a.shape, a.strides, a.itemsize) == "nhwc"
+        order = channels_last_perm(a.ndim) if nhwc else tuple(range(a.ndim))
         phys = np.ascontiguousarray(a.transpose(order))
-        pstrides = contiguous_strides(phys.shape, a.itemsize)
-        strides = [0] * a.ndim
-        for i, d in enumerate(order):
-            strides[d] = pstrides[i]
-        out = WebGPUArray(Scratch(ctx, a.nbytes), a.shape, dt, tuple(strides))
-        ctx.transport.write_buffer(ctx.dev, out.buffer, 0, phys.view(np.uint8).reshape(-1))
-        return out
+        return self._upload(phys.view(np.uint8).reshape(-1), a.shape, dt, order)
 
     @_lost_guard(retry=True)
-    def from_buffer(self, buf, shape, dtype):
+    def from_buffer(self, buf, shape, dtype, layout="nchw"):
         dt = as_dtype(dtype)
         shape = tuple(int(n) for n in shape)
         if any(n < 0 for n in shape):
             raise ValueError(f"shape: extents must be >= 0, got {shape}")
+        if layout not in ("nchw", "nhwc"):
+            raise ValueError(f"layout: expected 'nchw' or 'nhwc', got {layout!r}")
+        if layout == "nhwc" and len(shape) < 3:
+            raise ValueError(f"layout: 'nhwc' needs a shape (N, C, *spatial) of 3 or more axes, got {shape}")
         mv = memoryview(buf).cast("B")
         count = 1
         for n in shape:
             count *= n
         if len(mv) != count * dt.itemsize:
             raise ValueError(f"buf: expected {count * dt.itemsize} bytes for shape {shape} of {dt.name}, got {len(mv)}")
+        order = channels_last_perm(len(shape)) if layout == "nhwc" else tuple(range(len(shape)))
+        return self._upload(mv, shape, dt, order)
+
+    def _upload(self, raw, shape, dt, order):
+        """A new array of ``shape`` whose buffer holds ``raw``, the elements in axis order ``order``."""
         ctx = _device.context()
-        out = WebGPUArray(Scratch(ctx, len(mv)), shape, dt)
-        ctx.transport.write_buffer(ctx.dev, out.buffer, 0, mv)
+        pstrides = contiguous_strides(tuple(shape[d] for d in order), dt.itemsize)
+        strides = [0] * len(shape)
+        for i, d in enumerate(order):
+            strides[d] = pstrides[i]
+        out = WebGPUArray(Scratch(ctx, len(raw)), shape, dt, tuple(strides))
+        ctx.transport.write_buffer(ctx.dev, out.buffer, 0, raw)
         return out
 
     @_lost_guard

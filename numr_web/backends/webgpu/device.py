@@ -8,17 +8,35 @@ transport is underneath.
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 
 from numr_web.backends.webgpu import source
-from numr_web.backends.webgpu import transport_wgpu as _default_transport
 
 INSTALL_HINT = (
     "install wgpu-py (pip install 'numr-web[webgpu]') and a WebGPU-capable driver; "
     "on a machine without a GPU, Mesa's software Vulkan driver lavapipe works "
     "(Debian/Ubuntu: apt-get install mesa-vulkan-drivers libvulkan1)"
 )
+BROWSER_HINT = (
+    "open the page in a browser with WebGPU (a recent Chrome or Edge; Safari 26; Firefox 141 or later on Windows), "
+    "or use the 'cpu' device"
+)
+
+
+def default_transport():
+    """navigator.gpu under Pyodide (``sys.platform == "emscripten"``), wgpu-py elsewhere."""
+    if sys.platform == "emscripten":
+        from numr_web.backends.webgpu import transport_browser as transport
+    else:
+        from numr_web.backends.webgpu import transport_wgpu as transport
+    return transport
+
+
+def _hint(transport):
+    return BROWSER_HINT if transport.NAME == "navigator.gpu" else INSTALL_HINT
+
 
 ALIGN = 16  # every buffer is padded to whole 16-byte units (kernels write whole vec4s)
 OFFSET_ALIGN = 256  # WebGPU's default minStorageBufferOffsetAlignment
@@ -142,6 +160,13 @@ class Context:
     def wait(self):
         self.transport.wait(self.dev)
 
+    async def wait_async(self):
+        wait = getattr(self.transport, "wait_async", None)
+        if wait is None:  # a transport that only blocks (wgpu-py)
+            self.transport.wait(self.dev)
+        else:
+            await wait(self.dev)
+
 
 class Scratch:
     """A pooled device buffer owned by one Python object (returned to the pool on collection).
@@ -175,7 +200,7 @@ def grid(workgroups):
 
 # -- the current context ------------------------------------------------------
 
-_state = {"ctx": None, "generation": 0, "transport": _default_transport, "options": {}, "error": None}
+_state = {"ctx": None, "generation": 0, "transport": None, "options": {}, "error": None}
 _lock = threading.Lock()
 
 
@@ -186,7 +211,7 @@ def configure(*, transport=None, **options):
     ``configure()`` with no arguments restores the defaults.
     """
     with _lock:
-        _state["transport"] = transport or _default_transport
+        _state["transport"] = transport
         _state["options"] = dict(options)
         _drop()
 
@@ -199,8 +224,34 @@ def _drop():
     _state["error"] = None
 
 
+def transport():
+    """The transport in use: the configured one, else ``default_transport()``."""
+    return _state["transport"] or default_transport()
+
+
+def _usable_transport():
+    t = transport()
+    why = t.import_error()
+    if why is not None:
+        raise _unavailable(f"WebGPU is not usable here: {t.NAME} is not available ({why}); {_hint(t)}")
+    return t
+
+
+def _adopt(t, dev) -> Context:
+    _state["generation"] += 1
+    ctx = Context(t, dev, _state["generation"])
+    _state["ctx"] = ctx
+    return ctx
+
+
+def _device_error(t, exc):
+    if type(exc).__name__ == "BlockingUnavailable":  # the browser cannot wait here: say how to
+        return exc
+    return _unavailable(f"WebGPU is not usable here: {exc}; {_hint(t)}")
+
+
 def context() -> Context:
-    """The live context; creates the device on first use and after a loss."""
+    """The live context; creates the device on first use and after a loss (blocks while it does)."""
     ctx = _state["ctx"]
     if ctx is not None and not ctx.dev.lost:
         return ctx
@@ -208,18 +259,29 @@ def context() -> Context:
         ctx = _state["ctx"]
         if ctx is not None and not ctx.dev.lost:
             return ctx
-        transport = _state["transport"]
-        why = transport.import_error()
-        if why is not None:
-            raise _unavailable(f"WebGPU is not usable here: wgpu-py could not be imported ({why}); {INSTALL_HINT}")
+        t = _usable_transport()
         try:
-            dev = transport.request_device(_state["options"])
+            dev = t.request_device(_state["options"])
         except Exception as exc:
-            raise _unavailable(f"WebGPU is not usable here: {exc}; {INSTALL_HINT}") from exc
-        _state["generation"] += 1
-        ctx = Context(transport, dev, _state["generation"])
-        _state["ctx"] = ctx
+            raise _device_error(t, exc) from exc
+        return _adopt(t, dev)
+
+
+async def context_async() -> Context:
+    """``context()``, awaited: the device request does not block (a browser without JSPI)."""
+    ctx = _state["ctx"]
+    if ctx is not None and not ctx.dev.lost:
         return ctx
+    t = _usable_transport()
+    request = getattr(t, "request_device_async", None)
+    try:
+        dev = await request(_state["options"]) if request is not None else t.request_device(_state["options"])
+    except Exception as exc:
+        raise _device_error(t, exc) from exc
+    ctx = _state["ctx"]
+    if ctx is not None and not ctx.dev.lost:  # another request finished first
+        return ctx
+    return _adopt(t, dev)
 
 
 def current():

@@ -6,14 +6,12 @@ import math
 import struct
 from functools import lru_cache
 
-import numpy as np
-
 from numr_web.backends.webgpu import array_kernels
-from numr_web.backends.webgpu.array import WebGPUArray
+from numr_web.backends.webgpu.array import WebGPUArray, as_dtype
 from numr_web.backends.webgpu.device import OFFSET_ALIGN, Scratch, round_up
 
 WG = 64  # threads per (n, g) workgroup
-F32 = np.dtype(np.float32)
+F32 = as_dtype("float32")
 
 
 @lru_cache(maxsize=1024)
