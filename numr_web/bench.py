@@ -120,7 +120,7 @@ class _Torch:
 
 def run_bench(args) -> int:
     import numr_web
-    from numr_web.backends import get_backend, numpy_
+    from numr_web.backends import get_backend
     from numr_web.dtypes import BFLOAT16
 
     shapes = parse_shapes(args.shapes)
@@ -134,7 +134,7 @@ def run_bench(args) -> int:
         repeat = min(repeat, 3)
     if args.threads:
         os.environ.setdefault("NUMBA_NUM_THREADS", str(args.threads))
-    numpy_.set_cpu_path(args.cpu_path)
+    get_backend("cpu").path = args.cpu_path
     device = args.backend
     be = get_backend(device)
     dt = BFLOAT16 if args.dtype == "bfloat16" else np.dtype(args.dtype)
@@ -142,7 +142,7 @@ def run_bench(args) -> int:
 
     label = be.name
     if device == "cpu":
-        label = f"cpu ({numpy_.cpu_path()} path)"
+        label = f"cpu ({be.active_path()} path)"
     header = [
         f"numr_web {numr_web.__version__} bench: backend {label}, {args.dtype}, {args.layout}, "
         f"{repeat} interleaved samples (each after untimed settling calls), medians; "
@@ -258,8 +258,6 @@ def _median_ratio(samples, num, den):
 
 def _measure(case, repeat, args, be, device, torch_side):
     """One row: ``repeat`` interleaved rounds over the case's timed callables, medians and ratios."""
-    from numr_web.backends import numpy_
-
     samples = _rounds(case["fns"], case["timers"], case["per_sample"], case["settle"], repeat)
     med = {k: statistics.median(v) for k, v in samples.items()}
     nbytes = case["nbytes"]
@@ -269,7 +267,7 @@ def _measure(case, repeat, args, be, device, torch_side):
         "dtype": args.dtype,
         "layout": args.layout,
         "backend": be.name,
-        "cpu_path": numpy_.cpu_path() if device == "cpu" else None,
+        "cpu_path": be.active_path() if device == "cpu" else None,
         "fwd_ms": med["fwd"] * 1e3,
         "bwd_ms": med["bwd"] * 1e3,
         "copy_ms": med["copy"] * 1e3,

@@ -61,12 +61,13 @@ def _cmd_warmup(args) -> int:
     import numpy as np
 
     import numr_web
-    from numr_web.backends import numpy_
+    from numr_web.backends import get_backend
     from numr_web.dtypes import BFLOAT16
     from numr_web.memory_layout import as_channels_last
 
-    numpy_.set_cpu_path("fused")  # BackendUnavailable (reported, exit 2) without Numba
-    numpy_.cpu_path()
+    cpu = get_backend("cpu")
+    cpu.path = "fused"
+    cpu.active_path()  # BackendUnavailable (reported, exit 2) without Numba
     dtypes = args.dtype or ["float32"]
     layouts = ["nchw", "nhwc"] if args.layout == "both" else [args.layout]
     total = time.perf_counter()

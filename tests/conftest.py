@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import numr_web
-from numr_web.backends import get_backend, numpy_
+from numr_web.backends import get_backend
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -28,7 +28,7 @@ TARGETS = {
 def require_target(target: str):
     device, path = TARGETS[target]
     if path == "fused":
-        ok, why = numpy_._fused_status()
+        ok, why = get_backend("cpu").fused_available()
     else:
         be = get_backend(device, require=False)
         ok, why = be.available()
@@ -62,18 +62,18 @@ class Runner:
 def runner(request):
     require_target(request.param)
     r = Runner(request.param)
-    if r.path is not None:
-        numpy_.set_cpu_path(r.path)
-    yield r
-    numpy_.set_cpu_path("auto")
+    if r.path is None:
+        yield r
+        return
+    with get_backend("cpu").using_path(r.path):  # the CPU path for this test only
+        yield r
 
 
 @pytest.fixture(params=["cpu-numpy", "cpu-fused"])
 def cpu_runner(request):
     require_target(request.param)
-    numpy_.set_cpu_path(TARGETS[request.param][1])
-    yield Runner(request.param)
-    numpy_.set_cpu_path("auto")
+    with get_backend("cpu").using_path(TARGETS[request.param][1]):
+        yield Runner(request.param)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The fused Numba CPU path (numr_web.backends.cpu_fused) against the float64 oracle.
+"""The fused Numba CPU path (numr_web.backends.cpu.fused) against the float64 oracle.
 
 The shared suites (reference cases, properties, hard cases) already run on the
 fused path through the public API; these tests call the module directly and
@@ -23,7 +23,7 @@ from oracle import backward as ref_backward
 from oracle import channels_last, rel_err
 from oracle import forward as ref_forward
 
-from numr_web.backends import cpu_fused
+from numr_web.backends.cpu import fused as cpu_fused
 from numr_web.dtypes import BFLOAT16
 from numr_web.memory_layout import memory_layout
 
@@ -77,7 +77,7 @@ def test_float32_forward_backward_match_float64_formula(fused, rng, shape, group
     w = rng.standard_normal(C).astype(np.float32)
     b = rng.standard_normal(C).astype(np.float32)
     dy = _in_layout(rng.standard_normal(shape).astype(np.float32), layout)
-    y, mean, rstd = fused.group_norm_forward(x, w, b, groups, 1e-5)
+    y, mean, rstd = fused.group_norm_forward(x, w, b, groups, 1e-5, layout=_layout(x))
     yr, mr, rr = ref_forward(x, groups, w, b)
     assert y.dtype == np.float32 and mean.dtype == np.float32 and rstd.dtype == np.float32
     assert mean.shape == (shape[0], groups) and rstd.shape == (shape[0], groups)
@@ -85,7 +85,7 @@ def test_float32_forward_backward_match_float64_formula(fused, rng, shape, group
     assert rel_err(y, yr) < 2e-6
     assert rel_err(mean, mr) < 1e-6
     assert rel_err(rstd / rr, np.ones_like(rr)) < 1e-5
-    dx, dw, db = fused.group_norm_backward(dy, x, mean, rstd, w, b, groups)
+    dx, dw, db = fused.group_norm_backward(dy, x, mean, rstd, w, b, groups, layout=_layout(x))
     dxr, dwr, dbr = ref_backward(dy, x, groups, w, b)
     assert _layout(dx) == _layout(x)
     # groups of one element (C/G = 1, rank 2) have xhat = 0 exactly: dx ~ 1/sqrt(eps) * rounding
@@ -107,14 +107,14 @@ def test_dtypes_and_silu(fused, rng, shape, groups, layout, dtype, activation):
     wdt = np.float32 if dtype in ("float16", "bfloat16") else dt
     w = (rng.standard_normal(C) * 2).astype(wdt)
     b = rng.standard_normal(C).astype(wdt)
-    y, mean, rstd = fused.group_norm_forward(x, w, b, groups, 1e-5, activation)
+    y, mean, rstd = fused.group_norm_forward(x, w, b, groups, 1e-5, activation, layout=_layout(x))
     acc = np.float64 if dtype == "float64" else np.float32
     assert y.dtype == dt and mean.dtype == acc and rstd.dtype == acc and _layout(y) == layout
     yr, mr, rr = ref_forward(x, groups, w, b, activation=activation)
     tol = TOL[dtype]
     assert rel_err(y, yr) < tol
     assert rel_err(mean, mr) < (1e-12 if dtype == "float64" else 1e-6)
-    dx, dw, db = fused.group_norm_backward(dy, x, mean, rstd, w, b, groups, activation)
+    dx, dw, db = fused.group_norm_backward(dy, x, mean, rstd, w, b, groups, activation, layout=_layout(x))
     dxr, dwr, dbr = ref_backward(dy, x, groups, w, b, activation=activation)
     assert dx.dtype == dt and _layout(dx) == layout
     assert dw.dtype == np.dtype(wdt) and db.dtype == np.dtype(wdt)
@@ -127,9 +127,9 @@ def test_dtypes_and_silu(fused, rng, shape, groups, layout, dtype, activation):
 def test_no_affine(fused, rng, layout):
     x = _in_layout(rng.standard_normal((3, 8, 6, 6)).astype(np.float32), layout)
     dy = _in_layout(rng.standard_normal(x.shape).astype(np.float32), layout)
-    y, mean, rstd = fused.group_norm_forward(x, None, None, 4, 1e-5, "silu")
+    y, mean, rstd = fused.group_norm_forward(x, None, None, 4, 1e-5, "silu", layout=_layout(x))
     assert rel_err(y, ref_forward(x, 4, activation="silu")[0]) < 2e-6
-    dx, dw, db = fused.group_norm_backward(dy, x, mean, rstd, None, None, 4, "silu")
+    dx, dw, db = fused.group_norm_backward(dy, x, mean, rstd, None, None, 4, "silu", layout=_layout(x))
     assert dw is None and db is None
     assert rel_err(dx, ref_backward(dy, x, 4, activation="silu")[0]) < 2e-5
 
@@ -143,10 +143,10 @@ def test_silu_at_extreme_preactivations(fused, layout):
     w = np.array([60.0, -60.0, 60.0, -60.0], np.float32)
     b = np.zeros(4, np.float32)
     dy = np.ones_like(x)
-    y, mean, rstd = fused.group_norm_forward(x, w, b, 4, 1e-5, "silu")
+    y, mean, rstd = fused.group_norm_forward(x, w, b, 4, 1e-5, "silu", layout=_layout(x))
     yr = ref_forward(x, 4, w, b, activation="silu")[0]
     assert np.all(np.isfinite(y)) and rel_err(y, yr) < 2e-6
-    dx, dw, db = fused.group_norm_backward(dy, x, mean, rstd, w, b, 4, "silu")
+    dx, dw, db = fused.group_norm_backward(dy, x, mean, rstd, w, b, 4, "silu", layout=_layout(x))
     dxr, dwr, dbr = ref_backward(dy, x, 4, w, b, activation="silu")
     assert np.all(np.isfinite(dx)) and rel_err(dx, dxr) < 1e-4 and rel_err(dw, dwr) < 1e-5
 
@@ -157,9 +157,9 @@ def test_empty_batch(fused, layout):
     if layout == "nhwc":
         x = np.zeros((0, 3, 3, 8), np.float32).transpose(0, 3, 1, 2)
     w = np.ones(8, np.float32)
-    y, mean, rstd = fused.group_norm_forward(x, w, w, 4, 1e-5)
+    y, mean, rstd = fused.group_norm_forward(x, w, w, 4, 1e-5, layout=_layout(x))
     assert y.shape == x.shape and mean.shape == (0, 4) and rstd.shape == (0, 4)
-    dx, dw, db = fused.group_norm_backward(x, x, mean, rstd, w, w, 4)
+    dx, dw, db = fused.group_norm_backward(x, x, mean, rstd, w, w, 4, layout=_layout(x))
     assert dx.shape == x.shape and np.all(dw == 0) and np.all(db == 0)
 
 
@@ -173,11 +173,11 @@ def test_large_offset_float32_error_below_1e5(fused, rng, offset, layout, shape,
     C = shape[1]
     w = rng.standard_normal(C).astype(np.float32)
     b = rng.standard_normal(C).astype(np.float32)
-    y, mean, rstd = fused.group_norm_forward(x, w, b, groups, 1e-5)
+    y, mean, rstd = fused.group_norm_forward(x, w, b, groups, 1e-5, layout=_layout(x))
     yr, mr, rr = ref_forward(x, groups, w, b)
     assert rel_err(y, yr) < 1e-5
     assert rel_err(rstd / rr, np.ones_like(rr)) < 1e-5
-    dx, dw, db = fused.group_norm_backward(dy, x, mean, rstd, w, b, groups)
+    dx, dw, db = fused.group_norm_backward(dy, x, mean, rstd, w, b, groups, layout=_layout(x))
     dxr, dwr, dbr = ref_backward(dy, x, groups, w, b)
     # the mean's low part is recovered in the backward, so dx keeps float32 precision too
     assert rel_err(dx, dxr) < 1e-5
@@ -188,13 +188,13 @@ def test_large_offset_float32_error_below_1e5(fused, rng, offset, layout, shape,
 @pytest.mark.parametrize("shape,groups", [((2, 16, 8, 8), 8), ((1, 16, 8, 8), 2)])
 def test_float16_near_300_squares_in_float32(fused, rng, layout, shape, groups):
     x = _in_layout((300 + 30 * rng.standard_normal(shape)).astype(np.float16), layout)
-    y, mean, rstd = fused.group_norm_forward(x, None, None, groups, 1e-5)
+    y, mean, rstd = fused.group_norm_forward(x, None, None, groups, 1e-5, layout=_layout(x))
     yr, mr, rr = ref_forward(x, groups)
     assert y.dtype == np.float16 and np.all(np.isfinite(y))
     assert rel_err(y, yr) < 1.5e-2
     assert rel_err(rstd / rr, np.ones_like(rr)) < 1e-5
     dy = np.ones_like(x)
-    dx, _, _ = fused.group_norm_backward(dy, x, mean, rstd, None, None, groups)
+    dx, _, _ = fused.group_norm_backward(dy, x, mean, rstd, None, None, groups, layout=_layout(x))
     assert np.all(np.isfinite(dx))
 
 
@@ -205,15 +205,15 @@ def test_nan_stays_in_its_group(fused, rng, layout, shape, groups):
     n, c = shape[0] - 1, shape[1] // groups  # first channel of group 1 of the last sample
     x[n, c, 3, 4] = np.nan
     x = _in_layout(x, layout)
-    dy = rng.standard_normal(shape).astype(np.float32)
+    dy = _in_layout(rng.standard_normal(shape).astype(np.float32), layout)  # the driver takes dy in x's layout
     w = np.ones(shape[1], np.float32)
-    y, mean, rstd = fused.group_norm_forward(x, w, w, groups, 1e-5, "silu")
+    y, mean, rstd = fused.group_norm_forward(x, w, w, groups, 1e-5, "silu", layout=_layout(x))
     bad = np.zeros(shape, bool)
-    cg = shape[1] // groups
-    bad[n, cg : 2 * cg] = True
+    channels_per_group = shape[1] // groups
+    bad[n, channels_per_group : 2 * channels_per_group] = True
     assert np.all(np.isnan(y[bad])) and np.all(np.isfinite(y[~bad]))
     assert np.isnan(mean[n, 1]) and np.isfinite(np.delete(mean.reshape(-1), n * groups + 1)).all()
-    dx, dw, db = fused.group_norm_backward(dy, x, mean, rstd, w, w, groups, "silu")
+    dx, dw, db = fused.group_norm_backward(dy, x, mean, rstd, w, w, groups, "silu", layout=_layout(x))
     assert np.all(np.isnan(dx[bad])) and np.all(np.isfinite(dx[~bad]))
 
 
@@ -225,7 +225,7 @@ def test_outlier_first_element_and_huge_values(fused, rng, layout, groups):
     x[:, :, 0, 0] = 3e4
     x[1] *= np.float32(1e25)
     x = _in_layout(x, layout)
-    y, mean, rstd = fused.group_norm_forward(x, None, None, groups, 1e-5)
+    y, mean, rstd = fused.group_norm_forward(x, None, None, groups, 1e-5, layout=_layout(x))
     yr, mr, rr = ref_forward(x, groups)
     assert np.all(np.isfinite(y))
     assert rel_err(y, yr) < 2e-6
@@ -242,8 +242,8 @@ def test_bitwise_deterministic_across_runs_and_thread_counts(fused, rng, layout,
     w = rng.standard_normal(shape[1]).astype(np.float32)
 
     def run():
-        y, m, r = fused.group_norm_forward(x, w, w, groups, 1e-5)
-        return (y, m, r) + fused.group_norm_backward(dy, x, m, r, w, w, groups)
+        y, m, r = fused.group_norm_forward(x, w, w, groups, 1e-5, layout=_layout(x))
+        return (y, m, r) + fused.group_norm_backward(dy, x, m, r, w, w, groups, layout=_layout(x))
 
     first = run()
     before = numba.get_num_threads()
@@ -261,11 +261,11 @@ def test_float16_and_bfloat16_round_to_nearest_even(fused, rng):
     # 16-bit storage: the stored result is the float32 result rounded once, to nearest even
     x = rng.standard_normal((2, 4, 64)).astype(np.float32)
     b = np.full(4, 1.0, np.float32)
-    y32, _, _ = fused.group_norm_forward(x, None, b, 2, 1e-5)
+    y32, _, _ = fused.group_norm_forward(x, None, b, 2, 1e-5, layout="nchw")
     for dt in (np.dtype(np.float16), BFLOAT16):
         xs = x.astype(dt)
-        ys, _, _ = fused.group_norm_forward(xs, None, b, 2, 1e-5)
-        want, _, _ = fused.group_norm_forward(xs.astype(np.float32), None, b, 2, 1e-5)
+        ys, _, _ = fused.group_norm_forward(xs, None, b, 2, 1e-5, layout="nchw")
+        want, _, _ = fused.group_norm_forward(xs.astype(np.float32), None, b, 2, 1e-5, layout="nchw")
         assert np.array_equal(ys.view(np.uint16), want.astype(dt).view(np.uint16))
     assert np.isfinite(y32).all()
 
@@ -279,9 +279,9 @@ def test_compile_cache_is_written_and_reused(fused, tmp_path):
     script = textwrap.dedent(
         """
         import numpy as np
-        from numr_web.backends import cpu_fused, _cpu_fused_kernels as k
+        from numr_web.backends.cpu import fused, kernels_nchw as k
         x = np.random.default_rng(0).standard_normal((2, 8, 4, 4)).astype(np.float32)
-        cpu_fused.group_norm_forward(x, None, None, 4, 1e-5)
+        fused.group_norm_forward(x, None, None, 4, 1e-5, layout="nchw")
         st = k.fwd_nchw_groups.stats
         print(sum(st.cache_hits.values()), sum(st.cache_misses.values()))
         """
@@ -305,8 +305,9 @@ def test_compile_cache_is_written_and_reused(fused, tmp_path):
 
 def test_missing_numba_is_reported_not_raised(monkeypatch):
     monkeypatch.setitem(sys.modules, "numba", None)  # makes `import numba` fail
-    monkeypatch.delitem(sys.modules, "numr_web.backends._cpu_fused_kernels", raising=False)
-    monkeypatch.delattr(sys.modules["numr_web.backends"], "_cpu_fused_kernels", raising=False)
+    for name in cpu_fused.KERNEL_MODULES:
+        monkeypatch.delitem(sys.modules, f"numr_web.backends.cpu.{name}", raising=False)
+        monkeypatch.delattr(sys.modules["numr_web.backends.cpu"], name, raising=False)
     fresh = importlib.reload(cpu_fused)
     try:
         ok, why = fresh.available()
@@ -314,7 +315,7 @@ def test_missing_numba_is_reported_not_raised(monkeypatch):
         assert "pip install 'numr-web[fast]'" in why
         assert fresh.threading_layer() == "unavailable"
         with pytest.raises(RuntimeError, match="numr-web\\[fast\\]"):
-            fresh.group_norm_forward(np.ones((1, 2, 2), np.float32), None, None, 1, 1e-5)
+            fresh.group_norm_forward(np.ones((1, 2, 2), np.float32), None, None, 1, 1e-5, layout="nchw")
     finally:
         monkeypatch.undo()
         importlib.reload(cpu_fused)
@@ -341,8 +342,8 @@ def test_channels_last_per_sample_and_row_block_plans(fused, rng, monkeypatch, f
     dy = channels_last(rng.standard_normal(shape).astype(np.float32))
     w = rng.standard_normal(shape[1]).astype(np.float32)
     b = rng.standard_normal(shape[1]).astype(np.float32)
-    y, mean, rstd = fused.group_norm_forward(x, w, b, groups, 1e-5, activation)
-    dx, dw, db = fused.group_norm_backward(dy, x, mean, rstd, w, b, groups, activation)
+    y, mean, rstd = fused.group_norm_forward(x, w, b, groups, 1e-5, activation, layout="nhwc")
+    dx, dw, db = fused.group_norm_backward(dy, x, mean, rstd, w, b, groups, activation, layout="nhwc")
     bad = np.zeros(shape, bool)
     bad[5, 8:16] = True
     assert np.all(np.isnan(y[bad])) and np.all(np.isfinite(y[~bad]))

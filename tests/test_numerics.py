@@ -195,7 +195,7 @@ def test_backward_long_and_short_rows(runner, rng, shape, groups, zero_weight):
 def test_float16_store_rounds_subnormals_like_numpy(rng):
     # The NumPy path's float32 -> float16 store pre-rounds values in float16's subnormal range
     # (NumPy's own conversion of those is ~30x slower); the bits must equal NumPy's conversion.
-    from numr_web.backends.numpy_ import store
+    from numr_web.backends.cpu.numpy_path import store
 
     t = np.concatenate(
         [

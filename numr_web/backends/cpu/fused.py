@@ -1,9 +1,9 @@
-"""Fused CPU GroupNorm kernels compiled with Numba (``pip install 'numr-web[fast]'``).
+"""The fused Numba path of the CPU backend: a kernel plan per shape and layout, and the calls into ``kernels_*``.
 
-The NumPy backend calls :func:`group_norm_forward` / :func:`group_norm_backward`
-when its CPU path is ``"fused"``.  Same contract as ``numr_web.backends.base``:
-NumPy arrays in and out, layouts ``"nchw"`` and ``"nhwc"`` (anything else is
-copied to ``"nchw"``), float16/bfloat16/float32 storage with float32
+``CpuBackend`` calls :func:`group_norm_forward` / :func:`group_norm_backward`
+when its path is ``"fused"``.  Same contract as ``numr_web.backends.base``:
+NumPy arrays in and out, dense in the given ``layout`` (``"nchw"`` or
+``"nhwc"``; ``dy`` in x's), float16/bfloat16/float32 storage with float32
 accumulation, float64 with float64, optional SiLU after the affine.
 
 Design (details in docs/cpu.md):
@@ -22,24 +22,30 @@ Design (details in docs/cpu.md):
   Every split is fixed by the shape: deterministic and independent of the
   thread count.
 
-Importing this module never imports Numba; the kernels compile on first use
-and are cached on disk (Numba's ``cache=True``; ``NUMBA_CACHE_DIR`` moves it).
+Importing this module never imports Numba; the kernels (``kernels_nchw``,
+``kernels_nhwc``, with ``kernels_common`` and ``kernels_dtype``) are imported on
+first use, compile then and are cached on disk (Numba's ``cache=True``;
+``NUMBA_CACHE_DIR`` moves it).
 """
 
 from __future__ import annotations
 
 import math
+import types
 
 import numpy as np
 
-from numr_web.backends.numpy_ import empty_like_layout, refine_mean, superrow_factor
+from numr_web.backends.cpu.shared import SUPERROW, channels_last_rows, empty_like_layout, refine_mean, superrow_factor
 from numr_web.dtypes import BFLOAT16
-from numr_web.memory_layout import as_channels_last, channels_last_perms, is_dense_channels_last, memory_layout
+from numr_web.numerics import REFINE_MEAN_ABOVE
 from numr_web.schema import schema
 
 GROUP_NORM = schema("group_norm")
 
 _INSTALL_HINT = "pip install 'numr-web[fast]'"
+
+#: the kernel modules (``numr_web.backends.cpu.<name>``), imported on first use (each imports Numba)
+KERNEL_MODULES = ("kernels_dtype", "kernels_common", "kernels_nchw", "kernels_nhwc")
 
 #: NCHW groups larger than this many elements are split into pieces
 GROUP_MAX = 1 << 18
@@ -53,26 +59,25 @@ PIECE_MAX = 1 << 17
 #: moments into groups, so fewer and longer blocks pay off: 5-10% at 2x1280x16x16)
 NHWC_TARGET_ITEMS = 8
 NHWC_PIECE_MAX = 1 << 18
-#: the backward recovers the saved float32 mean's low part when |mean| * rstd exceeds this
-REFINE_ABOVE = 16.0
 
 _kernels = None
 _import_error: str | None = None
 
 
 def _load_kernels():
+    """The kernel modules as one namespace (``.nchw``, ``.nhwc``, ``.common``), or None without Numba."""
     global _kernels, _import_error
     if _kernels is not None:
         return _kernels
     if _import_error is not None:
         return None
     try:
-        from numr_web.backends import _cpu_fused_kernels as k
+        from numr_web.backends.cpu import kernels_common, kernels_nchw, kernels_nhwc
     except Exception as exc:  # ImportError, or a broken Numba/llvmlite install
         _import_error = f"{type(exc).__name__}: {exc}"
         return None
-    _kernels = k
-    return k
+    _kernels = types.SimpleNamespace(nchw=kernels_nchw, nhwc=kernels_nhwc, common=kernels_common)
+    return _kernels
 
 
 _available: tuple[bool, str] | None = None
@@ -81,7 +86,7 @@ _available: tuple[bool, str] | None = None
 def available() -> tuple[bool, str]:
     """(True, description) when Numba imports; (False, how to get it) otherwise.
 
-    Cached: the op layer asks on every call."""
+    Cached: the backend asks on every call."""
     global _available
     if _available is not None:
         return _available
@@ -114,7 +119,7 @@ def threading_layer() -> str:
     try:
         return numba.threading_layer()
     except ValueError:
-        k.warmup_parallel(np.zeros(4))
+        k.common.warmup_parallel(np.zeros(4))
         return numba.threading_layer()
 
 
@@ -135,38 +140,8 @@ if BFLOAT16 is not None:
 
 def _kernel_view(a):
     """The storage reinterpreted for Numba: float16 -> uint16, bfloat16 -> int16."""
-    vt = _KERNEL_DTYPES.get(a.dtype)
-    return a if vt is None else a.view(vt)
-
-
-def _layout(x):
-    if x.flags.c_contiguous:
-        return x, "nchw"
-    if is_dense_channels_last(x):
-        return x, "nhwc"
-    lay = memory_layout(x.shape, x.strides, x.itemsize)
-    if lay == "other":
-        return np.ascontiguousarray(x), "nchw"
-    return x, lay
-
-
-def _as_layout(a, layout):
-    """``a`` with memory layout ``layout`` (a copy only when it differs)."""
-    if layout == "nchw" and a.flags.c_contiguous:
-        return a
-    if layout == "nhwc" and not a.flags.c_contiguous and is_dense_channels_last(a):
-        return a
-    if memory_layout(a.shape, a.strides, a.itemsize) == layout:
-        return a
-    if layout == "nchw":
-        return np.ascontiguousarray(a)
-    return as_channels_last(a)
-
-
-def _channels_last_buffer(x):
-    """The contiguous (N, S, C) buffer behind a channels-last array."""
-    N, C = x.shape[:2]
-    return x.transpose(channels_last_perms(x.ndim)[0]).reshape(N, -1, C)
+    view_dtype = _KERNEL_DTYPES.get(a.dtype)
+    return a if view_dtype is None else a.view(view_dtype)
 
 
 _ACC_INFO = {}
@@ -205,6 +180,7 @@ def _as64(a, C):
 
 
 def _affine64(weight, bias, C):
+    """weight and bias as float64 (C,) arrays (ones and zeros where absent)."""
     w = _const64(1.0, C) if weight is None else _as64(weight, C)
     b = _const64(0.0, C) if bias is None else _as64(bias, C)
     return w, b
@@ -218,18 +194,16 @@ def _stats_arg(a, n, acc):
 
 
 def _pieces_nchw(N, C, S):
-    P = max(-(-S // PIECE_MAX), -(-TARGET_ITEMS // max(N * C, 1)))
-    P = min(P, max(1, S // 1024)) if S >= 1024 else 1
-    return max(1, min(P, S))
+    """Spatial pieces per channel for the NCHW piece kernels, fixed by the shape."""
+    pieces = max(-(-S // PIECE_MAX), -(-TARGET_ITEMS // max(N * C, 1)))
+    pieces = min(pieces, max(1, S // 1024)) if S >= 1024 else 1
+    return max(1, min(pieces, S))
 
 
-def _pieces_nhwc(N, S, C):
-    P = max(-(-NHWC_TARGET_ITEMS // max(N, 1)), -(-(S * C) // NHWC_PIECE_MAX))
-    return max(1, min(P, S))
-
-
-#: channels-last elementwise loops run over "super-rows" of R whole rows, R*C about this long
-SUPERROW = 2048
+def _pieces_nhwc(N, superrows, superrow_length):
+    """Blocks of super-rows per sample for the channels-last block kernels, fixed by the shape."""
+    pieces = max(-(-NHWC_TARGET_ITEMS // max(N, 1)), -(-(superrows * superrow_length) // NHWC_PIECE_MAX))
+    return max(1, min(pieces, superrows))
 
 
 #: channels-last samples of at most this many elements, with at least SAMPLE_ITEMS_MIN of
@@ -258,8 +232,9 @@ def _nhwc_plan(N, S, C):
 
 
 def _piece_counts(S, P):
-    L = -(-S // P)
-    return np.array([max(0, min(S, (k + 1) * L) - k * L) for k in range(P)], np.float64)
+    """Elements in each of the P spatial pieces of a channel of S."""
+    piece_len = -(-S // P)
+    return np.array([max(0, min(S, (k + 1) * piece_len) - k * piece_len) for k in range(P)], np.float64)
 
 
 # ---------------------------------------------------------------------------
@@ -274,17 +249,16 @@ def _dims(x, num_groups):
     N, C = int(x.shape[0]), int(x.shape[1])
     G = int(num_groups)
     S = math.prod(x.shape[2:])
-    cg = C // G
-    return N, C, G, S, cg, cg * S
+    channels_per_group = C // G
+    return N, C, G, S, channels_per_group, channels_per_group * S
 
 
-def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
-    """Return ``(y, mean, rstd)``; see ``numr_web.backends.base.Backend``."""
-    x, layout = _layout(np.asarray(x))
-    N, C, G, S, cg, M = _dims(x, num_groups)
+def group_norm_forward(x, weight, bias, num_groups, eps, activation=None, *, layout):
+    """Return ``(y, mean, rstd)`` of ``x``, dense in ``layout``; see ``numr_web.backends.base.Backend``."""
+    N, C, G, S, channels_per_group, M = _dims(x, num_groups)
     acc, proto = _acc_info(x.dtype)
     silu = activation == "silu"
-    y = empty_like_layout(x)
+    y = empty_like_layout(x, layout)
     if x.size == 0:
         mean = np.full((N, G), np.nan, acc)
         return y, mean, mean.copy()
@@ -295,9 +269,9 @@ def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
     rstd = np.empty((N, G), acc)
 
     if _use_group_path(layout, N, G, M):
-        k.fwd_nchw_groups(
-            _kernel_view(x.reshape(N * G, cg, S)),
-            _kernel_view(y.reshape(N * G, cg, S)),
+        k.nchw.fwd_nchw_groups(
+            _kernel_view(x.reshape(N * G, channels_per_group, S)),
+            _kernel_view(y.reshape(N * G, channels_per_group, S)),
             w64,
             b64,
             G,
@@ -311,11 +285,11 @@ def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
 
     if layout == "nhwc":
         P, R, fused = _nhwc_plan(N, S, C)
-        x3, y3 = _kernel_view(_channels_last_buffer(x)), _kernel_view(_channels_last_buffer(y))
+        x3, y3 = _kernel_view(channels_last_rows(x)), _kernel_view(channels_last_rows(y))
         if fused:
-            k.nhwc_forward_samples(x3, y3, G, R, eps, w64, b64, mean, rstd, silu, proto)
+            k.nhwc.nhwc_forward_samples(x3, y3, G, R, eps, w64, b64, mean, rstd, silu, proto)
         else:
-            k.nhwc_forward_blocks(x3, y3, G, P, R, eps, w64, b64, mean, rstd, silu, proto)
+            k.nhwc.nhwc_forward_blocks(x3, y3, G, P, R, eps, w64, b64, mean, rstd, silu, proto)
         return y, mean, rstd
 
     # NCHW with few or huge groups: spatial pieces of each channel, merged per group
@@ -323,21 +297,21 @@ def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
     x3 = _kernel_view(x.reshape(N, C, S))
     pmean = np.empty(N * C * P, np.float64)
     pm2 = np.empty(N * C * P, np.float64)
-    k.nchw_piece_moments(x3, P, pmean, pm2, proto)
+    k.nchw.nchw_piece_moments(x3, P, pmean, pm2, proto)
     mean64 = np.empty((N, G), np.float64)
     m264 = np.empty((N, G), np.float64)
-    k.merge_pieces(
+    k.nchw.merge_pieces(
         pmean.reshape(N * G, -1),
         pm2.reshape(N * G, -1),
-        np.tile(_piece_counts(S, P), cg),
+        np.tile(_piece_counts(S, P), channels_per_group),
         mean64.reshape(-1),
         m264.reshape(-1),
     )
     mhi_nc = np.empty((N, C), acc)
     scale_nc = np.empty((N, C), acc)
     shift_nc = np.empty((N, C), acc)
-    k.finish_forward(mean64, m264, M, eps, w64, b64, mean, rstd, mhi_nc, scale_nc, shift_nc, proto)
-    k.nchw_piece_apply(x3, _kernel_view(y.reshape(N, C, S)), P, mhi_nc, scale_nc, shift_nc, silu)
+    k.nchw.finish_forward(mean64, m264, M, eps, w64, b64, mean, rstd, mhi_nc, scale_nc, shift_nc, proto)
+    k.nchw.nchw_piece_apply(x3, _kernel_view(y.reshape(N, C, S)), P, mhi_nc, scale_nc, shift_nc, silu)
     return y, mean, rstd
 
 
@@ -347,8 +321,8 @@ def group_norm_forward(x, weight, bias, num_groups, eps, activation=None):
 def _affine_out(dw64, db64, weight):
     if weight is None:
         return None, None
-    wdt = np.asarray(weight).dtype
-    return dw64.astype(wdt, copy=False), db64.astype(wdt, copy=False)
+    weight_dtype = np.asarray(weight).dtype
+    return dw64.astype(weight_dtype, copy=False), db64.astype(weight_dtype, copy=False)
 
 
 def _refined_mean(x, layout, mean_f, rstd_f, N, G, M):
@@ -356,17 +330,17 @@ def _refined_mean(x, layout, mean_f, rstd_f, N, G, M):
 
     With SiLU the kernels rebuild the pre-activation from the given mean before their own
     refinement (which comes with the sums), and a z off by mean_lo * scale (5e-4 at offset 1e4)
-    cost dx 8e-4 of relative precision.  Where |mean| * rstd > REFINE_ABOVE the low part is taken
+    cost dx 8e-4 of relative precision.  Where |mean| * rstd > REFINE_MEAN_ABOVE the low part is taken
     from sum(x - mean_hi) here, in float64, first (one extra read of x, on that rare path only);
     the kernels split a float64 mean into the same hi and lo.
     """
     mean_hi = mean_f.reshape(N, G).astype(np.float64)
     with np.errstate(invalid="ignore"):
-        need = np.abs(mean_hi) * rstd_f.reshape(N, G) > REFINE_ABOVE
+        need = np.abs(mean_hi) * rstd_f.reshape(N, G) > REFINE_MEAN_ABOVE
     if not need.any():
         return mean_f
     if layout == "nhwc":
-        sums = _channels_last_buffer(x).sum(axis=1, dtype=np.float64).reshape(N, G, -1).sum(axis=2)
+        sums = channels_last_rows(x).sum(axis=1, dtype=np.float64).reshape(N, G, -1).sum(axis=2)
     else:
         sums = x.reshape(N, G, -1).sum(axis=2, dtype=np.float64)
     with np.errstate(invalid="ignore"):
@@ -374,29 +348,26 @@ def _refined_mean(x, layout, mean_f, rstd_f, N, G, M):
     return (mean_hi + np.where(need, lo, 0.0)).reshape(-1)
 
 
-def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=None):
-    """Return ``(dx, dweight, dbias)`` from the saved statistics (closed form)."""
-    x, layout = _layout(np.asarray(x))
-    dy = np.asarray(dy)
+def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=None, *, layout):
+    """Return ``(dx, dweight, dbias)`` from the saved statistics (closed form); dy and x dense in ``layout``."""
     if dy.dtype != x.dtype:
-        dy = dy.astype(x.dtype)
-    dy = _as_layout(dy, layout)
-    N, C, G, S, cg, M = _dims(x, num_groups)
+        dy = dy.astype(x.dtype)  # (keeps the layout)
+    N, C, G, S, channels_per_group, M = _dims(x, num_groups)
     acc, proto = _acc_info(x.dtype)
     silu = activation == "silu"
-    dx = empty_like_layout(x)
+    dx = empty_like_layout(x, layout)
     if x.size == 0:
         if weight is None:
             return dx, None, None
-        wdt = np.asarray(weight).dtype
-        return dx, np.zeros(C, wdt), np.zeros(C, wdt)
+        weight_dtype = np.asarray(weight).dtype
+        return dx, np.zeros(C, weight_dtype), np.zeros(C, weight_dtype)
     k = _require()
     w64, b64 = _affine64(weight, bias, C)
     mean_f = _stats_arg(mean, N * G, acc)
     rstd_f = _stats_arg(rstd, N * G, acc)
     mean_a = mean_f.reshape(N, G)
     rstd_a = rstd_f.reshape(N, G)
-    # Where |mean| * rstd > REFINE_ABOVE (as on the NumPy path) the float32-saved mean's low
+    # Where |mean| * rstd > REFINE_MEAN_ABOVE (as on the NumPy path) the float32-saved mean's low
     # part is recovered from sum(x - mean_hi), accumulated with the other sums; elsewhere the
     # saved mean's rounding moves xhat by less than 16 * 2**-24 and that sum is skipped.
     refine = acc == np.float32
@@ -407,11 +378,11 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
     db64 = np.empty(C, np.float64)
 
     if _use_group_path(layout, N, G, M):
-        ds = np.empty((N * G, cg), np.float64)
-        db = np.empty((N * G, cg), np.float64)
+        ds = np.empty((N * G, channels_per_group), np.float64)
+        db = np.empty((N * G, channels_per_group), np.float64)
         mlo_used = np.empty(N * G, np.float64)
-        shp3 = (N * G, cg, S)
-        k.bwd_nchw_groups(
+        shp3 = (N * G, channels_per_group, S)
+        k.nchw.bwd_nchw_groups(
             _kernel_view(dy.reshape(shp3)),
             _kernel_view(x.reshape(shp3)),
             _kernel_view(dx.reshape(shp3)),
@@ -422,7 +393,7 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
             G,
             silu,
             refine,
-            REFINE_ABOVE,
+            REFINE_MEAN_ABOVE,
             ds,
             db,
             mlo_used,
@@ -435,9 +406,9 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
     if layout == "nhwc":
         P, R, fused = _nhwc_plan(N, S, C)
         args = (
-            _kernel_view(_channels_last_buffer(dy)),
-            _kernel_view(_channels_last_buffer(x)),
-            _kernel_view(_channels_last_buffer(dx)),
+            _kernel_view(channels_last_rows(dy)),
+            _kernel_view(channels_last_rows(x)),
+            _kernel_view(channels_last_rows(dx)),
             mean_a,
             rstd_a,
             w64,
@@ -445,9 +416,9 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
             G,
         )
         if fused:
-            k.nhwc_backward_samples(*args, R, silu, refine, REFINE_ABOVE, dw64, db64, proto)
+            k.nhwc.nhwc_backward_samples(*args, R, silu, refine, REFINE_MEAN_ABOVE, dw64, db64, proto)
         else:
-            k.nhwc_backward_blocks(*args, P, R, silu, refine, REFINE_ABOVE, dw64, db64, proto)
+            k.nhwc.nhwc_backward_blocks(*args, P, R, silu, refine, REFINE_MEAN_ABOVE, dw64, db64, proto)
         return (dx,) + _affine_out(dw64, db64, weight)
 
     # NCHW with few or huge groups: spatial pieces of each channel, per-(n, c) coefficients
@@ -457,22 +428,22 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
     mhi = np.empty((N, C), acc)
     scale = np.empty((N, C), acc)
     shift = np.empty((N, C), acc)
-    k.backward_coefficients(mean_a, rstd_a, w64, b64, 1, mhi, scale, shift, proto)
+    k.nchw.backward_coefficients(mean_a, rstd_a, w64, b64, 1, mhi, scale, shift, proto)
     P = _pieces_nchw(N, C, S)
     pds = np.empty((N, C, P), np.float64)
     pdb = np.empty((N, C, P), np.float64)
     psx = np.empty((N, C, P), np.float64)
-    k.nchw_piece_bwd_sums(dy3, x3, P, mhi, scale, shift, silu, pds.reshape(-1), pdb.reshape(-1), psx.reshape(-1))
+    k.nchw.nchw_piece_bwd_sums(dy3, x3, P, mhi, scale, shift, silu, pds.reshape(-1), pdb.reshape(-1), psx.reshape(-1))
     beta = np.empty((N, C), acc)
     gamma = np.empty((N, C), acc)
-    k.finish_backward(
+    k.nchw.finish_backward(
         pds.sum(axis=2),
         pdb.sum(axis=2),
         psx.sum(axis=2),
         mean_a,
         rstd_a,
         refine,
-        REFINE_ABOVE,
+        REFINE_MEAN_ABOVE,
         w64,
         M,
         1,
@@ -482,5 +453,5 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
         db64,
         proto,
     )
-    k.nchw_piece_bwd_apply(dy3, x3, dx3, P, mhi, scale, shift, scale, beta, gamma, silu)
+    k.nchw.nchw_piece_bwd_apply(dy3, x3, dx3, P, mhi, scale, shift, scale, beta, gamma, silu)
     return (dx,) + _affine_out(dw64, db64, weight)
