@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import importlib
 
-import numpy as np
-
 from numr_web.errors import BackendUnavailable
+from numr_web.host import is_ndarray, loaded_numpy
 
 #: device name -> module holding a module-level ``BACKEND``
 BACKEND_MODULES = {
@@ -53,7 +52,7 @@ def get_backend(device: str, *, require: bool = True):
 
 def device_of(array) -> str:
     """The device an array lives on, without importing any optional framework."""
-    if isinstance(array, np.ndarray):
+    if is_ndarray(array):
         return "cpu"
     if getattr(array, "__numr_web_array__", False):
         return str(array.device)
@@ -66,7 +65,8 @@ def device_of(array) -> str:
 
 
 def backend_for(array):
-    if type(array) is np.ndarray:  # the common case, without the lookups
+    np = loaded_numpy()
+    if np is not None and type(array) is np.ndarray:  # the common case, without the lookups
         be = _loaded.get("cpu")
         if be is not None:
             return be
