@@ -1,7 +1,9 @@
 """numr_web's wheel inside Pyodide in headless Chromium, offline: shared by the tests and scripts/browser-bench.
 
 * ``build_wheel(dest)`` builds the pure wheel from a snapshot of the working tree (pyproject.toml,
-  README.md, numr_web/ without caches), so the build writes nothing into the checkout.
+  README.md, numr_web/ without caches), so the build writes nothing into the checkout:
+  ``pip wheel --no-deps --no-build-isolation``, or with build isolation where the installed
+  setuptools cannot make wheels (older than 70.1 and no ``wheel`` package).
 * ``Server`` serves tests/browser/ (the harness page, its worker, the npm Pyodide), the browser
   transport file the harness boots with (/numr/transport_browser.py) and the wheel
   (/wheels/<name>), on 127.0.0.1.
@@ -93,13 +95,11 @@ def build_wheel(dest) -> pathlib.Path:
             src / "numr_web",
             ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.nbi", "*.nbc"),
         )
-        out = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation", "-w", str(dest), "-q"],
-            cwd=src,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        cmd = [sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "-w", str(dest), "-q"]
+        out = subprocess.run(cmd + ["--no-build-isolation"], cwd=src, capture_output=True, text=True, timeout=600)
+        if out.returncode != 0 and "invalid command 'bdist_wheel'" in out.stdout + out.stderr:
+            # setuptools < 70.1 without the `wheel` package here: let pip fetch a build backend that has it
+            out = subprocess.run(cmd, cwd=src, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         raise RuntimeError(f"pip wheel failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
     wheels = sorted(dest.glob("numr_web-*.whl"))
@@ -120,8 +120,9 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         ".whl": "application/zip",
     }
 
-    def __init__(self, *args, files, **kwargs):
+    def __init__(self, *args, files, headers, **kwargs):
         self.files = files
+        self.extra_headers = headers
         super().__init__(*args, **kwargs)
 
     def translate_path(self, path):
@@ -132,18 +133,27 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
     def end_headers(self):
         self.send_header("Cache-Control", "no-store")
+        for key, value in self.extra_headers.items():
+            self.send_header(key, value)
         super().end_headers()
 
     def log_message(self, *args):
         pass
 
 
-class Server:
-    """tests/browser/ at /, plus ``files`` ({url path: local path}) on 127.0.0.1, in a thread."""
+# Cross-origin isolation: performance.now() then ticks in 5 us steps instead of 100 us.
+ISOLATED = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp"}
 
-    def __init__(self, files=None):
+
+class Server:
+    """tests/browser/ at /, plus ``files`` ({url path: local path}) on 127.0.0.1, in a thread.
+
+    ``headers`` go on every response (``ISOLATED`` for a finer clock).
+    """
+
+    def __init__(self, files=None, headers=None):
         files = {"/numr/transport_browser.py": TRANSPORT, **(files or {})}
-        handler = functools.partial(_Handler, files=files, directory=str(HERE))
+        handler = functools.partial(_Handler, files=files, headers=dict(headers or {}), directory=str(HERE))
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -171,6 +181,7 @@ class Browser:
         self._browser = None
         try:
             self._browser = self._pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            self.version = self._browser.version
             context = self._browser.new_context()
             context.on("request", lambda r: self.requests.append(r.url))
             self.page = context.new_page()
