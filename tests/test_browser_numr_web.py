@@ -141,6 +141,7 @@ def _spec(name, fields):
         "G": int(fields["G"]),
         "eps": float(fields["eps"]),
         "silu": bool(int(fields["silu"])),
+        # channels-last cases too: their C-order bytes run as NCHW (layouts are a desktop/NumPy concern)
         "layout": "nchw",
     }
     if int(fields["channels_last"]):
@@ -162,7 +163,7 @@ def cases():
 
 
 def _tolerance(fields, field):
-    """The reference README's tolerances; forward ones for y/mean/rstd, dx's for the backward outputs."""
+    """The reference README's tolerances: y's for y/mean/rstd, dx's for dx (and for dw/db but in plain float32)."""
     forward = field in FORWARD
     dtype = _dtype_name(fields)
     if dtype == "float16":
