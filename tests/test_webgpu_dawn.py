@@ -80,8 +80,8 @@ def _scenarios(be, rng):
                             x = nhwc(x)
                         xd = be.from_numpy(x)
                         w = be.from_numpy(np.ones(shape[1], np.float32)) if affine else None
-                        y, m, r = be.group_norm_forward(xd, w, w, G, 1e-5, act)
-                        be.group_norm_backward(xd, xd, m, r, w, w, G, act)
+                        y, m, r = be.group_norm_forward(xd, w, w, G, 1e-5, act, layout=layout)
+                        be.group_norm_backward(xd, xd, m, r, w, w, G, act, layout=layout)
             a = be.from_numpy(rng.standard_normal((3, 4, 5)).astype(dtype))
             b = be.from_numpy(rng.uniform(1, 2, (4, 1)).astype(dtype))
             _ = (

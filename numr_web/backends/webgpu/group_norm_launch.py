@@ -133,7 +133,7 @@ class GroupPlan:
             )
             u0 = u1
 
-    def params(self, x_base, g_first, ngroups, eps=0.0):
+    def params(self, x_base, g_first, ngroups, eps=0.0, workspace=None):
         return struct.pack(
             "<12I2f2I",
             self.C,
@@ -150,8 +150,7 @@ class GroupPlan:
             self.M,
             float(eps),
             1.0 / self.M if self.M else 0.0,
-            0,
-            0,
+            *(workspace.offsets if workspace else (0, 0)),
         )
 
     def flat_params(self, x_base, g_first, count):
@@ -183,7 +182,7 @@ class BlockPlan:
         self.items = self.A * self.P
         self.plan = plan
 
-    def params(self, x_base, g_first, ngroups, eps=0.0):
+    def params(self, x_base, g_first, ngroups, eps=0.0, workspace=None):
         plan = self.plan
         return struct.pack(
             "<12I2f2I",
@@ -201,8 +200,7 @@ class BlockPlan:
             plan.M,
             float(eps),
             1.0 / plan.M if plan.M else 0.0,
-            0,
-            0,
+            *(workspace.offsets if workspace else (0, 0)),
         )
 
     def constants(self, silu, affine):
@@ -227,6 +225,26 @@ def _whole(ctx, arr_or_buf):
         else (arr_or_buf._storage.size if isinstance(arr_or_buf, WebGPUArray) else 256)
     )
     return (buf, 0, min(size, ctx.max_binding))
+
+
+class Workspace:
+    """The backward's one scratch binding: PART (per-item partials, reused by every chunk) from
+    byte 0, then DSDB ((ds, db, 0, 0) per (n, c)) and COEF ((c0, c1, mean_lo, zlo) per (n, g)),
+    each at a 256-byte aligned offset so dweight and the flat dx kernel bind them as ranges.
+    One binding for three arrays keeps every kernel within WebGPU's default of 8 storage
+    buffers per stage (the browser's SwiftShader allows 10, some GPUs 8)."""
+
+    def __init__(self, ctx, plan, part_bytes_per_group):
+        dsdb_bytes = round_up(max(plan.N * plan.C * 16, 16), OFFSET_ALIGN)
+        coef_bytes = max(plan.N * plan.G * 16, 16)
+        self.chunks = list(plan.chunks(ctx.max_binding - dsdb_bytes - coef_bytes, part_bytes_per_group))
+        part_bytes = round_up(max((c[1] * part_bytes_per_group for c in self.chunks), default=16), OFFSET_ALIGN)
+        self.scratch = Scratch(ctx, part_bytes + dsdb_bytes + coef_bytes)
+        buf = self.scratch.buffer
+        self.dsdb = (buf, part_bytes, plan.N * plan.C * 16)
+        self.coef = (buf, part_bytes + dsdb_bytes, coef_bytes)
+        #: (dsdb_at, coef_at) in vec4s, the last two fields of the kernels' Params
+        self.offsets = (part_bytes // 16, (part_bytes + dsdb_bytes) // 16)
 
 
 def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation, layout):
@@ -271,8 +289,6 @@ def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation, layout):
                     _whole(ctx, mean),
                     _whole(ctx, rstd),
                     _whole(ctx, part),
-                    ctx.dummy_rw(0),
-                    ctx.dummy_rw(1),
                 ],
                 ngroups // blocks.GB,
                 blocks.params(x_base, g_first, ngroups, eps),
@@ -328,8 +344,7 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
     if b is None:
         b = array_kernels.full(ctx, (plan.C,), F32, 0.0) if use_w else None
 
-    dsdb = Scratch(ctx, max(plan.N * plan.C * 8, 16))
-    coef = Scratch(ctx, max(plan.N * plan.G * 16, 16))
+    ws = None
     if plan.N * plan.G > 0 and plan.M > 0:
         key = ctx.dtype_key(x.dtype.name)
         dt = {"X": key, "DY": key, "DX": key}
@@ -340,8 +355,8 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
         if _block_path(plan):
             blocks = BlockPlan(plan, ctx.cpu_adapter)
             part_per_group = blocks.items * 48 // blocks.GB
-            for g_first, ngroups, off, size, x_base, _count in plan.chunks(ctx.max_binding, part_per_group):
-                part = Scratch(ctx, ngroups * part_per_group)
+            ws = Workspace(ctx, plan, part_per_group)
+            for g_first, ngroups, off, size, x_base, _count in ws.chunks:
                 ctx.launch(
                     "group_norm_nhwc.wgsl",
                     "backward",
@@ -354,19 +369,15 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
                         *affine_binds,
                         _whole(ctx, mean),
                         _whole(ctx, rstd),
-                        _whole(ctx, part),
-                        _whole(ctx, dsdb),
-                        _whole(ctx, coef),
+                        _whole(ctx, ws.scratch),
                     ],
                     ngroups // blocks.GB,
-                    blocks.params(x_base, g_first, ngroups),
+                    blocks.params(x_base, g_first, ngroups, workspace=ws),
                 )
-        part_per_group = plan.items * 32
-        for g_first, ngroups, off, size, x_base, count in (
-            [] if _block_path(plan) else plan.chunks(ctx.max_binding, part_per_group)
-        ):
+        else:
+            ws = Workspace(ctx, plan, plan.items * 32)
+        for g_first, ngroups, off, size, x_base, count in [] if _block_path(plan) else ws.chunks:
             xb, dyb, dxb = (x.buffer, off, size), (dy.buffer, off, size), (dx.buffer, off, size)
-            part = Scratch(ctx, ngroups * part_per_group)
             ctx.launch(
                 "group_norm_backward.wgsl",
                 "main",
@@ -379,12 +390,10 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
                     *affine_binds,
                     _whole(ctx, mean),
                     _whole(ctx, rstd),
-                    _whole(ctx, part),
-                    _whole(ctx, dsdb),
-                    _whole(ctx, coef),
+                    _whole(ctx, ws.scratch),
                 ],
                 ngroups,
-                plan.params(x_base, g_first, ngroups),
+                plan.params(x_base, g_first, ngroups, workspace=ws),
             )
             if not plan.fused:
                 ctx.launch(
@@ -392,7 +401,7 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
                     "dx",
                     {"X": key, "DY": key, "Y": key},
                     {"NHWC": plan.nhwc, "SILU": silu, "AFFINE": use_w},
-                    [xb, dyb, dxb, *affine_binds, _whole(ctx, coef), _whole(ctx, mean), _whole(ctx, rstd)],
+                    [xb, dyb, dxb, *affine_binds, ws.coef, _whole(ctx, mean), _whole(ctx, rstd)],
                     -(-count // 1024),
                     plan.flat_params(x_base, g_first, count),
                 )
@@ -410,7 +419,7 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
                 "main",
                 {},
                 {},
-                [_whole(ctx, dsdb), _whole(ctx, rstd), _whole(ctx, dweight), _whole(ctx, dbias), _whole(ctx, coef)],
+                [ws.dsdb, _whole(ctx, rstd), _whole(ctx, dweight), _whole(ctx, dbias), ws.coef],
                 -(-plan.C // 64),
                 struct.pack("<4I", plan.N, plan.C, plan.G, plan.channels_per_group),
             )

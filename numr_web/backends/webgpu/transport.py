@@ -47,7 +47,7 @@ class Transport(Protocol):
         """
 
     def create_buffer(self, dev: Device, size: int) -> Any:
-        """A storage buffer (storage | copy_src | copy_dst) of ``size`` bytes."""
+        """A buffer of ``size`` bytes (usage storage | uniform | copy_src | copy_dst)."""
 
     def write_buffer(self, dev: Device, buf: Any, offset: int, data) -> None:
         """Queue a write of ``data`` (any buffer-protocol object) at ``offset``."""

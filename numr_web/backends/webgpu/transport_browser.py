@@ -307,7 +307,7 @@ def _usage():
 def create_buffer(dev, size):
     _check(dev)
     u = _usage()
-    return dev.device.createBuffer(_obj({"size": int(size), "usage": u.STORAGE | u.COPY_SRC | u.COPY_DST}))
+    return dev.device.createBuffer(_obj({"size": int(size), "usage": u.STORAGE | u.UNIFORM | u.COPY_SRC | u.COPY_DST}))
 
 
 def destroy_buffer(buf):

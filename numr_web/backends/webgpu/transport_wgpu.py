@@ -102,7 +102,7 @@ def _usage():
 
 def create_buffer(dev, size):
     u = _usage()
-    return dev.device.create_buffer(size=int(size), usage=u.STORAGE | u.COPY_SRC | u.COPY_DST)
+    return dev.device.create_buffer(size=int(size), usage=u.STORAGE | u.UNIFORM | u.COPY_SRC | u.COPY_DST)
 
 
 def destroy_buffer(buf):

@@ -22,10 +22,12 @@
 @group(0) @binding(4) var<storage, read> B: array<f32>;
 @group(0) @binding(5) var<storage, read> MEAN: array<f32>;
 @group(0) @binding(6) var<storage, read> RSTD: array<f32>;
-@group(0) @binding(7) var<storage, read_write> PART: array<vec4<f32>>;  // (ds, db) per item, per group of the chunk
-@group(0) @binding(8) var<storage, read_write> DSDB: array<vec2<f32>>;  // (ds, db) per (n, c)
-@group(0) @binding(9) var<storage, read_write> COEF: array<vec4<f32>>;  // (c0, c1, mean_lo, zlo) per (n, g)
-@group(0) @binding(10) var<storage, read> p: Params;
+// One workspace binding holds three arrays (a kernel may bind at most 8 storage buffers on
+// WebGPU's default limits): PART, (ds, db) per item and group of the chunk, from 0; DSDB,
+// (ds, db, 0, 0) per (n, c), from p.dsdb_at; COEF, (c0, c1, mean_lo, zlo) per (n, g),
+// from p.coef_at (offsets in vec4s).
+@group(0) @binding(7) var<storage, read_write> WS: array<vec4<f32>>;  // workspace: PART from 0, DSDB at p.dsdb_at, COEF at p.coef_at
+@group(0) @binding(8) var<uniform> p: Params;
 
 var<workgroup> wg_coef: vec2<f32>;
 var<workgroup> wg_res: array<f32, WG>;
@@ -105,8 +107,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       res += xc * LMASK;
     }
     let slot = (gl * p.items + it) * 2u;
-    PART[slot] = ds;
-    PART[slot + 1u] = db;
+    WS[slot] = ds;
+    WS[slot + 1u] = db;
   }
   wg_res[lid] = dot(res, vec4<f32>(1.0));
   workgroupBarrier();   // wg_res (workgroup memory) for thread 0
@@ -121,16 +123,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       if (LANES_CH) {
         it = pc * p.A + j / 4u;
         let slot = (gl * p.items + it) * 2u;
-        ds += PART[slot][j & 3u];
-        db += PART[slot + 1u][j & 3u];
+        ds += WS[slot][j & 3u];
+        db += WS[slot + 1u][j & 3u];
       } else {
         if (NHWC) { it = pc * p.A + j; } else { it = j * p.P + pc; }
         let slot = (gl * p.items + it) * 2u;
-        ds += dot(PART[slot], vec4<f32>(1.0));
-        db += dot(PART[slot + 1u], vec4<f32>(1.0));
+        ds += dot(WS[slot], vec4<f32>(1.0));
+        db += dot(WS[slot + 1u], vec4<f32>(1.0));
       }
     }
-    DSDB[n * p.C + g * p.Cg + j] = vec2<f32>(ds, db);
+    WS[p.dsdb_at + n * p.C + g * p.Cg + j] = vec4<f32>(ds, db, 0.0, 0.0);
   }
   storageBarrier();
 
@@ -141,12 +143,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       let c = g * p.Cg + j;
       var w = 1.0;
       if (AFFINE) { w = W[c]; }
-      let v = DSDB[n * p.C + c];
+      let v = WS[p.dsdb_at + n * p.C + c].xy;
       sgx += w * v.x;
       sg += w * v.y;
     }
     let cf = backward_coefficients(mean, rstd, sgx, sg, wg_total(), p.inv_m);
-    COEF[gg] = vec4<f32>(cf, zlo);
+    WS[p.coef_at + gg] = vec4<f32>(cf, zlo);
     wg_coef = cf.xy;
   }
   let cf = workgroupUniformLoad(&wg_coef);

@@ -23,8 +23,8 @@ struct Params {
   M: u32,        // elements per group
   eps: f32,
   inv_m: f32,
-  _pad0: u32,
-  _pad1: u32,
+  dsdb_at: u32,  // backward: where DSDB starts in WS (vec4s)
+  coef_at: u32,  // backward: where COEF starts in WS (vec4s)
 }
 
 // Lanes of a vec4 are 4 channels (channels-last quads) rather than 4 positions of one channel.

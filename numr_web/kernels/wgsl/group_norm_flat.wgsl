@@ -18,7 +18,7 @@ struct Flat {
 @group(0) @binding(5) var<storage, read> STAT: array<vec4<f32>>;  // AUX (apply) or COEF (dx) per group
 @group(0) @binding(6) var<storage, read> MEAN: array<f32>;
 @group(0) @binding(7) var<storage, read> RSTD: array<f32>;
-@group(0) @binding(8) var<storage, read> f: Flat;
+@group(0) @binding(8) var<uniform> f: Flat;
 
 struct Lane { c: u32, gg: u32 }
 

@@ -17,7 +17,7 @@
 @group(0) @binding(4) var<storage, read_write> MEAN: array<f32>;
 @group(0) @binding(5) var<storage, read_write> RSTD: array<f32>;
 @group(0) @binding(6) var<storage, read_write> AUX: array<vec4<f32>>;   // (mean_hi, mean_lo, rstd, 0) per group
-@group(0) @binding(7) var<storage, read> p: Params;
+@group(0) @binding(7) var<uniform> p: Params;
 
 var<workgroup> wg_part: array<vec2<f32>, WG>;
 var<workgroup> wg_stat: vec4<f32>;

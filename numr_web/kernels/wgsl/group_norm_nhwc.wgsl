@@ -27,8 +27,8 @@ struct Params {
   M: u32,
   eps: f32,
   inv_m: f32,
-  _pad0: u32,
-  _pad1: u32,
+  dsdb_at: u32,  // backward: where DSDB starts in WS (vec4s)
+  coef_at: u32,  // backward: where COEF starts in WS (vec4s)
 }
 
 @group(0) @binding(0) var<storage, read> X: array<ST_X>;
@@ -38,10 +38,11 @@ struct Params {
 @group(0) @binding(4) var<storage, read> B: array<f32>;
 @group(0) @binding(5) var<storage, read_write> MEAN: array<f32>;
 @group(0) @binding(6) var<storage, read_write> RSTD: array<f32>;
-@group(0) @binding(7) var<storage, read_write> PART: array<vec4<f32>>;
-@group(0) @binding(8) var<storage, read_write> DSDB: array<vec2<f32>>;   // backward: (ds, db) per (n, c)
-@group(0) @binding(9) var<storage, read_write> COEF: array<vec4<f32>>;   // backward: (c0, c1, mean_lo, zlo) per (n, g)
-@group(0) @binding(10) var<storage, read> p: Params;
+// One workspace binding (at most 8 storage buffers on WebGPU's default limits): PART, the
+// per-item partials, from 0; backward only: DSDB, (ds, db, 0, 0) per (n, c), from p.dsdb_at,
+// and COEF, (c0, c1, mean_lo, zlo) per (n, g), from p.coef_at (offsets in vec4s).
+@group(0) @binding(7) var<storage, read_write> WS: array<vec4<f32>>;  // workspace: PART from 0, DSDB at p.dsdb_at, COEF at p.coef_at
+@group(0) @binding(8) var<uniform> p: Params;
 
 // per group of the block: forward (K, S1/M, var, redo), backward (c0, c1, mean, rstd)
 var<workgroup> wg_grp: array<vec4<f32>, MAXGB>;
@@ -79,7 +80,7 @@ fn group_resid(bl: u32, j: u32) -> f32 {
   var resid = 0.0;
   for (var ch = j * p.Cg; ch < (j + 1u) * p.Cg; ch++) {
     for (var pc = 0u; pc < p.P; pc++) {
-      resid += PART[(bl * p.items + pc * p.A + ch / 4u) * 3u + 2u][ch & 3u];
+      resid += WS[(bl * p.items + pc * p.A + ch / 4u) * 3u + 2u][ch & 3u];
     }
   }
   return resid;
@@ -152,8 +153,8 @@ fn stat_pass(bl_local: u32, blk: Blk, lid: u32) {
       s2 += b2;
     }
     let slot = (bl_local * p.items + it) * 2u;
-    PART[slot] = s1;
-    PART[slot + 1u] = s2;
+    WS[slot] = s1;
+    WS[slot + 1u] = s2;
   }
 }
 
@@ -166,8 +167,8 @@ fn fold_stats(bl_local: u32, allow_redo: bool) {
     for (var ch = j * p.Cg; ch < (j + 1u) * p.Cg; ch++) {
       for (var pc = 0u; pc < p.P; pc++) {
         let slot = (bl_local * p.items + pc * p.A + ch / 4u) * 2u;
-        s1 += PART[slot][ch & 3u];
-        s2 += PART[slot + 1u][ch & 3u];
+        s1 += WS[slot][ch & 3u];
+        s2 += WS[slot + 1u][ch & 3u];
       }
     }
     let sc = wg_scale[j];
@@ -264,7 +265,7 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     }
     if (workgroupUniformLoad(&wg_flag) != 0.0) {
       for (var it = lid; it < p.items; it += WG) {
-        PART[(bl * p.items + it) * 3u + 2u] = item_resid(bl, blk, it);
+        WS[(bl * p.items + it) * 3u + 2u] = item_resid(bl, blk, it);
       }
       storageBarrier();
       if (lid == 0u) {
@@ -304,9 +305,9 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
       res += xc;
     }
     let slot = (bl * p.items + it) * 3u;
-    PART[slot] = ds;
-    PART[slot + 1u] = db;
-    PART[slot + 2u] = res;
+    WS[slot] = ds;
+    WS[slot + 1u] = db;
+    WS[slot + 2u] = res;
   }
   storageBarrier();
   if (lid == 0u) {
@@ -318,11 +319,11 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
         var db = 0.0;
         for (var pc = 0u; pc < p.P; pc++) {
           let slot = (bl * p.items + pc * p.A + ch / 4u) * 3u;
-          ds += PART[slot][ch & 3u];
-          db += PART[slot + 1u][ch & 3u];
+          ds += WS[slot][ch & 3u];
+          db += WS[slot + 1u][ch & 3u];
         }
         let c = blk.c0 + ch;
-        DSDB[blk.n * p.C + c] = vec2<f32>(ds, db);
+        WS[p.dsdb_at + blk.n * p.C + c] = vec4<f32>(ds, db, 0.0, 0.0);
         var w = 1.0;
         if (AFFINE) { w = W[c]; }
         sgx += w * ds;
@@ -334,7 +335,7 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
       let cf = backward_coefficients(mean, rstd, sgx, sg, group_resid(bl, j), p.inv_m);
       var zlo = 0.0;
       if (SILU) { zlo = wg_zlo[j]; }
-      COEF[blk.n * p.G + blk.g0 + j] = vec4<f32>(cf, zlo);
+      WS[p.coef_at + blk.n * p.G + blk.g0 + j] = vec4<f32>(cf, zlo);
       wg_grp[j] = vec4<f32>(cf.xy, mean, rstd);
     }
   }
