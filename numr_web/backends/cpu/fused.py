@@ -325,7 +325,7 @@ def _affine_out(dw64, db64, weight):
     return dw64.astype(weight_dtype, copy=False), db64.astype(weight_dtype, copy=False)
 
 
-def _refined_mean(x, layout, mean_f, rstd_f, N, G, M):
+def _refined_mean(x, layout, mean_flat, rstd_flat, N, G, M):
     """The saved float32 mean with its low part restored, as float64, where it matters for SiLU.
 
     With SiLU the kernels rebuild the pre-activation from the given mean before their own
@@ -334,17 +334,17 @@ def _refined_mean(x, layout, mean_f, rstd_f, N, G, M):
     from sum(x - mean_hi) here, in float64, first (one extra read of x, on that rare path only);
     the kernels split a float64 mean into the same hi and lo.
     """
-    mean_hi = mean_f.reshape(N, G).astype(np.float64)
+    mean_hi = mean_flat.reshape(N, G).astype(np.float64)
     with np.errstate(invalid="ignore"):
-        need = np.abs(mean_hi) * rstd_f.reshape(N, G) > REFINE_MEAN_ABOVE
+        need = np.abs(mean_hi) * rstd_flat.reshape(N, G) > REFINE_MEAN_ABOVE
     if not need.any():
-        return mean_f
+        return mean_flat
     if layout == "nhwc":
         sums = channels_last_rows(x).sum(axis=1, dtype=np.float64).reshape(N, G, -1).sum(axis=2)
     else:
         sums = x.reshape(N, G, -1).sum(axis=2, dtype=np.float64)
     with np.errstate(invalid="ignore"):
-        lo = refine_mean(mean_f.reshape(N, G), sums - M * mean_hi, M, np.float32)  # the NumPy path's rule
+        lo = refine_mean(mean_flat.reshape(N, G), sums - M * mean_hi, M, np.float32)  # the NumPy path's rule
     return (mean_hi + np.where(need, lo, 0.0)).reshape(-1)
 
 
@@ -363,17 +363,17 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
         return dx, np.zeros(C, weight_dtype), np.zeros(C, weight_dtype)
     k = _require()
     w64, b64 = _affine64(weight, bias, C)
-    mean_f = _stats_arg(mean, N * G, acc)
-    rstd_f = _stats_arg(rstd, N * G, acc)
-    mean_a = mean_f.reshape(N, G)
-    rstd_a = rstd_f.reshape(N, G)
+    mean_flat = _stats_arg(mean, N * G, acc)
+    rstd_flat = _stats_arg(rstd, N * G, acc)
+    mean_ng = mean_flat.reshape(N, G)
+    rstd_ng = rstd_flat.reshape(N, G)
     # Where |mean| * rstd > REFINE_MEAN_ABOVE (as on the NumPy path) the float32-saved mean's low
     # part is recovered from sum(x - mean_hi), accumulated with the other sums; elsewhere the
     # saved mean's rounding moves xhat by less than 16 * 2**-24 and that sum is skipped.
     refine = acc == np.float32
     if silu and refine:
-        mean_f = _refined_mean(x, layout, mean_f, rstd_f, N, G, M)
-        mean_a = mean_f.reshape(N, G)
+        mean_flat = _refined_mean(x, layout, mean_flat, rstd_flat, N, G, M)
+        mean_ng = mean_flat.reshape(N, G)
     dw64 = np.empty(C, np.float64)
     db64 = np.empty(C, np.float64)
 
@@ -381,13 +381,13 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
         ds = np.empty((N * G, channels_per_group), np.float64)
         db = np.empty((N * G, channels_per_group), np.float64)
         mlo_used = np.empty(N * G, np.float64)
-        shp3 = (N * G, channels_per_group, S)
+        group_shape = (N * G, channels_per_group, S)
         k.nchw.bwd_nchw_groups(
-            _kernel_view(dy.reshape(shp3)),
-            _kernel_view(x.reshape(shp3)),
-            _kernel_view(dx.reshape(shp3)),
-            mean_f,
-            rstd_f,
+            _kernel_view(dy.reshape(group_shape)),
+            _kernel_view(x.reshape(group_shape)),
+            _kernel_view(dx.reshape(group_shape)),
+            mean_flat,
+            rstd_flat,
             w64,
             b64,
             G,
@@ -409,8 +409,8 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
             _kernel_view(channels_last_rows(dy)),
             _kernel_view(channels_last_rows(x)),
             _kernel_view(channels_last_rows(dx)),
-            mean_a,
-            rstd_a,
+            mean_ng,
+            rstd_ng,
             w64,
             b64,
             G,
@@ -428,7 +428,7 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
     mhi = np.empty((N, C), acc)
     scale = np.empty((N, C), acc)
     shift = np.empty((N, C), acc)
-    k.nchw.backward_coefficients(mean_a, rstd_a, w64, b64, 1, mhi, scale, shift, proto)
+    k.nchw.backward_coefficients(mean_ng, rstd_ng, w64, b64, 1, mhi, scale, shift, proto)
     P = _pieces_nchw(N, C, S)
     pds = np.empty((N, C, P), np.float64)
     pdb = np.empty((N, C, P), np.float64)
@@ -440,8 +440,8 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
         pds.sum(axis=2),
         pdb.sum(axis=2),
         psx.sum(axis=2),
-        mean_a,
-        rstd_a,
+        mean_ng,
+        rstd_ng,
         refine,
         REFINE_MEAN_ABOVE,
         w64,

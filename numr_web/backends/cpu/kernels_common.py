@@ -20,6 +20,7 @@ from numr_web.backends.cpu.kernels_dtype import FASTMATH_REDUCE, acc
 
 @njit(cache=True)
 def split_mean(mean, proto):
+    """A float64 ``mean`` -> ``(mean_hi, mean_lo)`` in the accumulation dtype of ``proto``, mean ~= hi + lo."""
     mean_hi = acc(mean, proto)
     mean_lo = acc(mean - np.float64(mean_hi), proto)
     return mean_hi, mean_lo

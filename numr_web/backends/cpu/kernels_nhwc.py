@@ -91,7 +91,7 @@ def _rows_shifted_sums(x4, n, q0, q1, shift_tile, a1, a2, s1, s2):
 
 
 @njit(cache=True)
-def _channel_moments(s1, s2, shift_tile, R, cm, cq, redo):
+def _channel_moments(s1, s2, shift_tile, rows, cm, cq, redo):
     """Shifted sums of one block -> per-channel (mean, M2), and which channels need the exact
     redo; returns how many do.  Branch-free, so it vectorizes (a scalar loop here cost more
     than the block's sums when C is large and blocks are short)."""
@@ -100,8 +100,8 @@ def _channel_moments(s1, s2, shift_tile, R, cm, cq, redo):
     for c in range(C):
         a = s1[c]
         q = s2[c]
-        m1 = a / R
-        var = q / R - m1 * m1
+        m1 = a / rows
+        var = q / rows - m1 * m1
         cm[c] = np.float64(shift_tile[c]) + m1
         cq[c] = max(q - a * m1, 0.0)
         bad = (m1 * m1 > POOR_SHIFT_RATIO * var) | ((np.abs(a) < np.inf) & ~(np.abs(q) < np.inf))
@@ -111,8 +111,8 @@ def _channel_moments(s1, s2, shift_tile, R, cm, cq, redo):
 
 
 @njit(fastmath=FASTMATH_REDUCE, cache=True)
-def _merge_channels(cm, cq, R, G, gmean, gm2, n, k):
-    """Per-channel (mean, M2) of R rows each -> per-group (mean, M2) into gmean/gm2[n, k]
+def _merge_channels(cm, cq, rows, G, gmean, gm2, n, k):
+    """Per-channel (mean, M2) of ``rows`` rows each -> per-group (mean, M2) into gmean/gm2[n, k]
     (Chan's formula for equal counts; the sums over a group's channels are reassociated into
     vector partial sums, in an order fixed by the code)."""
     C = cm.shape[0]
@@ -127,7 +127,7 @@ def _merge_channels(cm, cq, R, G, gmean, gm2, n, k):
         q = 0.0
         for j in range(channels_per_group):
             d = cmg[j] - mu
-            q += cqg[j] + R * d * d
+            q += cqg[j] + rows * d * d
         gmean[n, k, g] = mu
         gm2[n, k, g] = q
 
@@ -169,8 +169,8 @@ def _block_group_moments(x3, x4, n, q0, q1, G, gmean, gm2, k, proto):
     T = x4.shape[2]
     r0 = q0 * (T // C)
     r1 = q1 * (T // C)
-    R = r1 - r0
-    if R <= 0:
+    rows = r1 - r0
+    if rows <= 0:
         for g in range(G):
             gmean[n, k, g] = 0.0
             gm2[n, k, g] = 0.0
@@ -187,24 +187,24 @@ def _block_group_moments(x3, x4, n, q0, q1, G, gmean, gm2, k, proto):
     cm = np.empty(C, dtype=np.float64)
     cq = np.empty(C, dtype=np.float64)
     redo = np.empty(C, dtype=np.bool_)
-    if _channel_moments(s1, s2, shift_tile, R, cm, cq, redo) > 0:
+    if _channel_moments(s1, s2, shift_tile, rows, cm, cq, redo) > 0:
         for c in range(C):
             if redo[c]:
                 # poor shift or overflow: exact float64 two-pass of this channel's block (rare)
                 t0 = 0.0
                 for r in range(r0, r1):
                     t0 += np.float64(load(x3[n, r, c]))
-                mu = t0 / R
+                mu = t0 / rows
                 t1 = 0.0
                 t2 = 0.0
                 for r in range(r0, r1):
                     d = np.float64(load(x3[n, r, c])) - mu
                     t1 += d
                     t2 += d * d
-                m1 = t1 / R
+                m1 = t1 / rows
                 cm[c] = mu + m1
                 cq[c] = max(t2 - t1 * m1, 0.0)
-    _merge_channels(cm, cq, R, G, gmean, gm2, n, k)
+    _merge_channels(cm, cq, rows, G, gmean, gm2, n, k)
 
 
 @njit(cache=True)
