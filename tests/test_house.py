@@ -71,3 +71,18 @@ def test_import_numr_web_loads_no_backend_framework():
     code = "import sys, numr_web; print(sorted(m for m in ('numba', 'wgpu', 'cupy', 'torch') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
+
+
+KERNEL_ENTRIES = sorted(
+    p.name
+    for p in (ROOT / "kernels" / "wgsl").glob("*.wgsl")
+    if not p.name.startswith("dtype_") and p.name not in ("group_norm_common.wgsl", "group_norm_coef.wgsl")
+)
+
+
+@pytest.mark.parametrize("kernel", KERNEL_ENTRIES)
+def test_every_kernel_binds_at_most_eight_storage_buffers(kernel):
+    """WebGPU's default maxStorageBuffersPerShaderStage is 8 (SwiftShader allows 10, some GPUs 8)."""
+    roles = dict.fromkeys(re.findall(r"array<ST_(\w+)>", (ROOT / "kernels" / "wgsl" / kernel).read_text()), "f32")
+    code = source.build(kernel, roles, {})
+    assert len(re.findall(r"var<storage", code)) <= 8

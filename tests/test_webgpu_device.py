@@ -195,3 +195,16 @@ def test_tensor_over_the_binding_limit_is_chunked(wg, layout):
     assert rel_err(wg.to_numpy(dx), dxr) < 5e-6
     assert rel_err(wg.to_numpy(dw), dwr) < 5e-6
     assert rel_err(wg.to_numpy(db), dbr) < 5e-6
+
+
+def test_the_device_keeps_the_default_storage_buffer_limit(wg):
+    """A kernel that needs more than WebGPU's default 8 storage buffers fails here, not first in a browser."""
+    from numr_web.backends.webgpu import device
+
+    ctx = device.context()
+    assert int(ctx.dev.limits["max-storage-buffers-per-shader-stage"]) == 8
+    decls = "\n".join(f"@group(0) @binding({i}) var<storage, read_write> b{i}: array<f32>;" for i in range(9))
+    body = " ".join(f"b{i}[0] = 1.0;" for i in range(9))
+    code = f"{decls}\n@compute @workgroup_size(1) fn main() {{ {body} }}"
+    with pytest.raises(Exception, match="(?i)storage"):
+        ctx.transport.create_pipeline(ctx.dev, code, "main", ["read_write"] * 9)

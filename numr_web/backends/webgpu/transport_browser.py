@@ -41,13 +41,13 @@ import weakref
 NAME = "navigator.gpu"
 
 # The limits raised to the adapter's maximum when it allows more than the
-# WebGPU defaults (the same list as transport_wgpu._RAISED_LIMITS).
+# WebGPU defaults (the same list as transport_wgpu._RAISED_LIMITS; storage buffers per stage
+# stay at the default 8 there and here).
 _RAISED_LIMITS = (
     "max-buffer-size",
     "max-storage-buffer-binding-size",
     "max-compute-workgroup-storage-size",
     "max-compute-invocations-per-workgroup",
-    "max-storage-buffers-per-shader-stage",
 )
 
 # What a caller that cannot block should use instead of each blocking call.

@@ -45,13 +45,15 @@ class Device:
 
 
 # The limits we raise to the adapter's maximum when it allows more than the
-# WebGPU defaults (buffers past 256 MiB, bigger workgroup memory...).
+# WebGPU defaults (buffers past 256 MiB, bigger workgroup memory...).  Storage
+# buffers per stage stay at the default 8 on purpose: every kernel must run on
+# every adapter, and a kernel that needs more fails here first, not in a browser.
+DEFAULT_STORAGE_BUFFERS = 8
 _RAISED_LIMITS = (
     "max-buffer-size",
     "max-storage-buffer-binding-size",
     "max-compute-workgroup-storage-size",
     "max-compute-invocations-per-workgroup",
-    "max-storage-buffers-per-shader-stage",
 )
 
 
@@ -73,7 +75,8 @@ def request_device(options):
         features.append("shader-f16")
     if "timestamp-query" in adapter_features:
         features.append("timestamp-query")
-    limits = {}
+    # wgpu-native hands out the adapter's limit when none is asked for: ask for the default
+    limits = {"max-storage-buffers-per-shader-stage": DEFAULT_STORAGE_BUFFERS}
     for key in _RAISED_LIMITS:
         if key in adapter.limits:
             limits[key] = adapter.limits[key]
