@@ -88,7 +88,17 @@ def test_kernel_sources_exist_and_need_no_headers():
 def test_each_cu_file_compiles(cu, arch, tmp_path):
     nvcc = _nvcc()
     proc = subprocess.run(
-        [nvcc, *cupy_.COMPILE_OPTIONS, f"-arch={arch}", "-c", str(cu), "-o", str(tmp_path / "k.o"), "-Werror", "all-warnings"],
+        [
+            nvcc,
+            *cupy_.COMPILE_OPTIONS,
+            f"-arch={arch}",
+            "-c",
+            str(cu),
+            "-o",
+            str(tmp_path / "k.o"),
+            "-Werror",
+            "all-warnings",
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -1158,6 +1168,19 @@ class HostBackend(cupy_.CupyBackend):
         return HostLaunch(dll, ids[name], name, sigs[name])
 
 
+def _layout(a):
+    return memory_layout(a.shape, a.strides, a.itemsize) if a.ndim >= 3 else "nchw"
+
+
+def host_forward(be, x, *args):
+    """The backend's forward with the layout the op layer would pass (x is NCHW or channels-last)."""
+    return be.group_norm_forward(x, *args, layout=_layout(x))
+
+
+def host_backward(be, dy, x, *args):
+    return be.group_norm_backward(dy, x, *args, layout=_layout(x))
+
+
 def test_host_kernel_signatures_match_the_backend_plan(host_kernels):
     _, _, sigs = host_kernels
     stats = sigs[cupy_.stats_kernel("float", "nchw", 4)]
@@ -1200,7 +1223,7 @@ def test_host_built_kernels_match_the_oracle(host_kernels, case):
     x, dy, w, b = _make(shape, dtype, cl, affine, rng)
     act = "silu" if silu else None
     HostLaunch.launches.clear()
-    y, mean, rstd = be.group_norm_forward(x, w, b, G, 1e-5, act)
+    y, mean, rstd = host_forward(be, x, w, b, G, 1e-5, act)
     assert y.dtype == x.dtype
     assert memory_layout(y.shape, y.strides, y.itemsize) == memory_layout(x.shape, x.strides, x.itemsize)
     y_ref, m_ref, r_ref = oracle_forward(x, G, w, b, 1e-5, act)
@@ -1210,7 +1233,7 @@ def test_host_built_kernels_match_the_oracle(host_kernels, case):
     # the emulation of the same decomposition agrees to rounding
     ye, me, re_, plan = emulate_forward(x, w, b, G, 1e-5, silu, sms)
     assert rel_err(y, ye) < ty and rel_err(mean, me) < ty
-    dx, dw, db = be.group_norm_backward(dy, x, mean, rstd, w, b, G, act)
+    dx, dw, db = host_backward(be, dy, x, mean, rstd, w, b, G, act)
     dx_ref, dw_ref, db_ref = oracle_backward(dy, x, G, w, b, 1e-5, act)
     assert memory_layout(dx.shape, dx.strides, dx.itemsize) == memory_layout(x.shape, x.strides, x.itemsize)
     assert rel_err(dx, dx_ref) < tdx
@@ -1253,16 +1276,16 @@ def test_host_built_kernels_hard_inputs(host_kernels):
     rng = np.random.default_rng(21)
     for cl in (False, True):
         x, dy, w, b = _make((1, 8, 32, 32), np.float32, cl, True, rng, offset=1e4)
-        y, mean, rstd = be.group_norm_forward(x, w, b, 2, 1e-5)
+        y, mean, rstd = host_forward(be, x, w, b, 2, 1e-5)
         assert rel_err(y, oracle_forward(x, 2, w, b, 1e-5)[0]) < 2e-5
-        dx, dw, _ = be.group_norm_backward(dy, x, mean, rstd, w, b, 2)
+        dx, dw, _ = host_backward(be, dy, x, mean, rstd, w, b, 2)
         dx_ref, dw_ref, _ = oracle_backward(dy, x, 2, w, b, 1e-5)
         assert rel_err(dx, dx_ref) < 1e-3 and rel_err(dw, dw_ref) < 1e-3
     # spikes at every sampled index of group 0: the shift is poor and the redo path runs
     x = rng.standard_normal((1, 4, 16, 16)).astype(np.float32)
     flat = x.reshape(1, 2, -1)
     flat[0, 0, (np.arange(32) * flat.shape[2]) >> 5] = 1e4
-    y, mean, rstd = be.group_norm_forward(x, None, None, 2, 1e-5)
+    y, mean, rstd = host_forward(be, x, None, None, 2, 1e-5)
     y_ref, _, r_ref = oracle_forward(x, 2)
     assert rel_err(y, y_ref) < 1e-4 and rel_err(rstd, r_ref) < 1e-4
     # the same with groups split over several blocks: the combining block redoes it
@@ -1270,24 +1293,24 @@ def test_host_built_kernels_hard_inputs(host_kernels):
     flat = x.reshape(1, 2, -1)
     flat[0, 1, (np.arange(32) * flat.shape[2]) >> 5] = -3e3
     assert cupy_.plan_forward(1, 8, 32 * 64, 2, "nchw", 4, True, 8).splits > 1
-    y, mean, rstd = be.group_norm_forward(x, None, None, 2, 1e-5)
+    y, mean, rstd = host_forward(be, x, None, None, 2, 1e-5)
     y_ref, _, r_ref = oracle_forward(x, 2)
     assert rel_err(y, y_ref) < 1e-4 and rel_err(rstd, r_ref) < 1e-4
     # float32 squares overflow (|x| ~ 1e20): redone in double
     x = (1e20 * rng.standard_normal((1, 4, 8, 8))).astype(np.float32)
-    y, mean, rstd = be.group_norm_forward(x, None, None, 2, 1e-5)
+    y, mean, rstd = host_forward(be, x, None, None, 2, 1e-5)
     y_ref, _, r_ref = oracle_forward(x, 2)
     assert rel_err(y, y_ref) < 1e-4 and np.isfinite(rstd).all() and rel_err(rstd * 1e20, r_ref * 1e20) < 1e-4
     # float16 near 300 does not overflow; a NaN stays in its group
     x16 = (300 + 30 * rng.standard_normal((2, 8, 8, 8))).astype(np.float16)
-    y, _, _ = be.group_norm_forward(x16, None, None, 2, 1e-5)
+    y, _, _ = host_forward(be, x16, None, None, 2, 1e-5)
     assert np.isfinite(y.astype(np.float32)).all() and rel_err(y, oracle_forward(x16, 2)[0]) < 1.5e-2
     xn = rng.standard_normal((2, 4, 8, 8)).astype(np.float32)
     xn[1, 2, 3, 3] = np.nan
-    y, mean, _ = be.group_norm_forward(xn, None, None, 2, 1e-5)
+    y, mean, _ = host_forward(be, xn, None, None, 2, 1e-5)
     assert np.isnan(y[1, 2:]).all() and np.isfinite(y[0]).all() and np.isfinite(y[1, :2]).all()
     # empty batch
-    y, mean, rstd = be.group_norm_forward(np.zeros((0, 8, 4, 4), np.float32), None, None, 2, 1e-5)
+    y, mean, rstd = host_forward(be, np.zeros((0, 8, 4, 4), np.float32), None, None, 2, 1e-5)
     assert y.shape == (0, 8, 4, 4) and mean.shape == (0, 2)
 
 
@@ -1297,8 +1320,8 @@ def test_host_built_kernels_are_deterministic(host_kernels):
     x, dy, w, b = _make((1, 8, 32, 64), np.float32, False, True, rng)
     runs = []
     for _ in range(2):
-        y, mean, rstd = be.group_norm_forward(x, w, b, 2, 1e-5)
-        runs.append([y, mean, rstd, *be.group_norm_backward(dy, x, mean, rstd, w, b, 2)])
+        y, mean, rstd = host_forward(be, x, w, b, 2, 1e-5)
+        runs.append([y, mean, rstd, *host_backward(be, dy, x, mean, rstd, w, b, 2)])
     for a, c in zip(*runs):
         assert np.array_equal(a, c)
     # the split-group tickets are handed back zeroed (the buffer is reused without a memset)

@@ -58,7 +58,8 @@ class Recorder:
 
 
 def _scenarios(be, rng):
-    from numr_web.backends.webgpu import array_kernels, device
+    from numr_web.backends.webgpu import device
+    from numr_web.bench.copies import COPY_VARIANTS, device_copy
     from numr_web.dtypes import BFLOAT16
 
     ctx = device.context()
@@ -96,8 +97,8 @@ def _scenarios(be, rng):
             )
     big = be.from_numpy(rng.standard_normal(300_000).astype(np.float32))
     big.sum()
-    for v in array_kernels.COPY_VARIANTS:
-        array_kernels.device_copy(big, v)
+    for v in COPY_VARIANTS:
+        device_copy(big, v)
 
 
 def test_every_wgsl_variant_compiles_on_dawn(wg, tmp_path):

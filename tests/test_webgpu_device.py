@@ -142,19 +142,23 @@ def test_info_lists_adapter_features_and_limits(wg):
 
 
 def test_copy_kernels_copy(wg, rng):
-    from numr_web.backends.webgpu import array_kernels
+    from numr_web.bench.copies import COPY_VARIANTS, YARDSTICK_COPIES, copy_yardstick, device_copy
+    from numr_web.bench.timing import timer_for
 
     x = rng.standard_normal((3, 5, 7, 11)).astype(np.float32)
     d = wg.from_numpy(x)
-    for v in array_kernels.COPY_VARIANTS:
-        assert wg.to_numpy(array_kernels.device_copy(d, v)).tobytes() == x.tobytes(), v
-    assert wg.to_numpy(wg.copy(d)).tobytes() == x.tobytes()
-    assert wg._copy_variant in wg.YARDSTICK_COPIES
+    for v in COPY_VARIANTS:
+        assert wg.to_numpy(device_copy(d, v)).tobytes() == x.tobytes(), v
+    copy, name = copy_yardstick(wg, d, timer_for(wg))
+    assert wg.to_numpy(copy()).tobytes() == x.tobytes()
+    assert name in YARDSTICK_COPIES
 
 
 def test_timer_waits_for_the_device(wg, rng):
+    from numr_web.bench.timing import timer_for
+
     d = wg.from_numpy(rng.standard_normal((4, 64, 32, 32)).astype(np.float32))
-    times = wg.timer(lambda: wg.group_norm_forward(d, None, None, 8, 1e-5, layout="nchw"), repeat=3)
+    times = timer_for(wg)(lambda: wg.group_norm_forward(d, None, None, 8, 1e-5, layout="nchw"), 3)
     assert len(times) == 3 and all(t > 0 for t in times)
 
 

@@ -80,30 +80,6 @@ class Backend:
     def synchronize(self) -> None:
         """Wait for queued device work (no-op on the CPU)."""
 
-    def copy(self, array):
-        """A same-size device copy, the yardstick for the benchmark."""
-        raise NotImplementedError
-
     def full_like(self, array, value):
         """An array of ``array``'s shape, dtype and device filled with ``value``."""
         return self.xp.full_like(array, value)
-
-    def timer(self, fn, repeat: int, warmup: int = 1) -> list[float]:
-        """Seconds per call of ``fn()``, one figure per repeat.
-
-        The default times each call on the wall clock and synchronizes after
-        it.  Device backends may override this to queue several calls and
-        wait once, or to read GPU timestamps.
-        """
-        import time
-
-        for _ in range(warmup):
-            fn()
-        self.synchronize()
-        out = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            fn()
-            self.synchronize()
-            out.append(time.perf_counter() - t0)
-        return out

@@ -629,27 +629,8 @@ class CupyBackend(Backend):
         if self._cupy is not None:
             self._cupy.cuda.get_current_stream().synchronize()
 
-    def copy(self, array):
-        return array.copy(order="K")
-
     def full_like(self, array, value):
         return self._import().full_like(array, value)
-
-    def timer(self, fn, repeat: int, warmup: int = 1) -> list[float]:
-        """Seconds per call, measured with CUDA events around each call on the current stream."""
-        cp = self._import()
-        for _ in range(warmup):
-            fn()
-        self.synchronize()
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        out = []
-        for _ in range(repeat):
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            out.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
-        return out
 
 
 BACKEND = CupyBackend()

@@ -143,6 +143,3 @@ class CpuBackend(Backend):
         return self._kernels().group_norm_backward(
             dy, x, mean, rstd, weight, bias, num_groups, activation, layout=layout
         )
-
-    def copy(self, array):
-        return array.copy(order="K")

@@ -1,4 +1,4 @@
-"""Launch code for the generic kernels: elementwise, sums, conversions, copies."""
+"""Launch code for WebGPUArray's kernels: elementwise arithmetic, sums, conversions and layout copies."""
 
 from __future__ import annotations
 
@@ -273,46 +273,3 @@ def _reduce(ctx, a, y, O, S, R, kshape, kstr, rshape, rstr, scale):
         -(-units // 64),
         meta,
     )
-
-
-# -- the benchmark's yardstick ---------------------------------------------------
-
-COPY_VARIANTS = ("copy_vec4", "copy_ranges", "copy_grid")
-_RANGE_THREADS = 4096
-_GRID_THREADS = 16384
-
-
-def device_copy(a: WebGPUArray, variant="copy_vec4", out=None) -> WebGPUArray:
-    """Copy ``a``'s bytes with a plain WGSL copy kernel (same layout)."""
-    ctx = a.ctx
-    _check_binding(ctx, a)
-    y = out if out is not None else empty_like(a)
-    units = -(-a.nbytes // 16)
-    if units == 0:
-        return y
-    if variant == "copy_vec4":
-        threads = units
-        per = 1
-    elif variant == "copy_ranges":
-        threads = min(units, _RANGE_THREADS)
-        per = -(-units // threads)
-        threads = -(-units // per)
-    elif variant == "copy_grid":
-        threads = min(units, _GRID_THREADS)
-        per = 0
-    else:
-        raise ValueError(f"variant: expected one of {COPY_VARIANTS}, got {variant!r}")
-    wgs = -(-threads // 256)
-    if variant == "copy_grid":
-        threads = wgs * 256
-    meta = _u32(units, per, threads, 0)
-    ctx.launch(
-        "copy.wgsl",
-        variant,
-        {},
-        {},
-        [(a.buffer, 0, _whole(ctx, a.buffer)), (y.buffer, 0, _whole(ctx, y.buffer))],
-        wgs,
-        meta,
-    )
-    return y

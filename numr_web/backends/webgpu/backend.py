@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from numr_web.backends.base import Backend
 from numr_web.backends.webgpu import array_kernels, group_norm_launch
 from numr_web.backends.webgpu import device as _device
@@ -62,10 +60,6 @@ class WebGPUBackend(Backend):
     #: not available on WebGPU; autograd says to use the cpu or cuda device.
     xp = None
 
-    def __init__(self):
-        self._copy_variant = None
-        self.timer_batch = 4
-
     # -- discovery -------------------------------------------------------------
     def available(self):
         from numr_web.errors import BackendUnavailable
@@ -99,8 +93,6 @@ class WebGPUBackend(Backend):
                 "features (adapter)": ", ".join(sorted(ctx.dev.adapter_features)),
                 "float16 storage": "shader-f16" if ctx.dtype_key("float16") == "f16" else "pack2x16float (u32 pairs)",
                 "bfloat16 storage": "u32 pairs (bit shifts)",
-                "copy kernel (bench yardstick)": self._copy_variant
-                or "the faster of copy_vec4 and copy_grid, timed on the first copy",
             }
         )
         for k in _KEY_LIMITS:
@@ -174,59 +166,9 @@ class WebGPUBackend(Backend):
         if ctx is not None:
             ctx.wait()
 
-    @property
-    def copy_kernel(self):
-        """The WGSL copy kernel ``copy`` uses (None until the first copy chose it)."""
-        return self._copy_variant
-
-    @_lost_guard
-    def copy(self, array):
-        """A same-size copy by the faster of the plain WGSL copy kernels on this adapter."""
-        if self._copy_variant is None:
-            self._copy_variant = self.choose_copy_variant(array)
-        return array_kernels.device_copy(array, self._copy_variant)
-
-    #: the benchmark's yardstick is the faster of these two classic copies
-    #: (``copy_ranges``, contiguous per-thread ranges, is reported beside it
-    #: as a stricter yardstick on CPU adapters)
-    YARDSTICK_COPIES = ("copy_vec4", "copy_grid")
-
-    def choose_copy_variant(self, array, repeat=3):
-        """Time the yardstick copy kernels on ``array``; the faster one is used by ``copy``."""
-        best = None
-        for v in self.YARDSTICK_COPIES:
-            out = array_kernels.empty_like(array)
-            t = min(self.timer(lambda: array_kernels.device_copy(array, v, out), repeat, warmup=1))
-            if best is None or t < best[0]:
-                best = (t, v)
-        return best[1]
-
-    def copy_times(self, array, repeat=5):
-        """Seconds per copy for every copy kernel (for the benchmark's notes)."""
-        out = array_kernels.empty_like(array)
-        return {
-            v: sorted(self.timer(lambda: array_kernels.device_copy(array, v, out), repeat))[repeat // 2]
-            for v in array_kernels.COPY_VARIANTS
-        }
-
     @_lost_guard
     def full_like(self, array, value):
         return array_kernels.fill_like(array, value)
-
-    def timer(self, fn, repeat, warmup=1):
-        """Device time per call: each repeat queues ``timer_batch`` calls, then waits once."""
-        for _ in range(warmup):
-            fn()
-        self.synchronize()
-        k = self.timer_batch
-        out = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            for _ in range(k):
-                fn()
-            self.synchronize()
-            out.append((time.perf_counter() - t0) / k)
-        return out
 
 
 BACKEND = WebGPUBackend()

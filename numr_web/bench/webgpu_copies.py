@@ -1,6 +1,6 @@
-"""Forward and backward against every WGSL copy kernel, interleaved in one process.
+"""WebGPU forward and backward against every WGSL copy kernel, interleaved in one process.
 
-    python -m numr_web.backends.webgpu.measure [N,C,H,W,G] [--layout nhwc] [--dtype float16] [--rounds 9]
+    python -m numr_web.bench.webgpu_copies [N,C,H,W,G] [--layout nhwc] [--dtype float16] [--rounds 9]
 
 Each round times forward, backward and the three copies one after another
 (queued calls, one wait: device time), so a noisy neighbour slows all alike;
@@ -38,6 +38,8 @@ def main(argv=None):
     from numr_web.backends.webgpu import BACKEND as be
     from numr_web.backends.webgpu import array_kernels
     from numr_web.backends.webgpu.array import as_dtype
+    from numr_web.bench.copies import COPY_VARIANTS, YARDSTICK_COPIES, device_copy
+    from numr_web.bench.timing import timer_for
     from numr_web.memory_layout import as_channels_last
 
     *dims, G = (int(v) for v in args.shape.split(","))
@@ -55,14 +57,15 @@ def main(argv=None):
         "forward": lambda: be.group_norm_forward(X, W, W, G, 1e-5, layout=args.layout),
         "backward": lambda: be.group_norm_backward(DY, X, mean, rstd, W, W, G, layout=args.layout),
     }
-    for v in array_kernels.COPY_VARIANTS:
-        fns[v] = lambda v=v: array_kernels.device_copy(X, v, out)
+    for v in COPY_VARIANTS:
+        fns[v] = lambda v=v: device_copy(X, v, out)
+    timer = timer_for(be)
     samples = {k: [] for k in fns}
     for f in fns.values():
-        be.timer(f, 1, 1)
+        timer(f, 1, 1)
     for _ in range(args.rounds):
         for k, f in fns.items():
-            samples[k].append(min(be.timer(f, 1, 0)))
+            samples[k].append(min(timer(f, 1, 0)))
     med = {k: statistics.median(v) for k, v in samples.items()}
     nb = x.nbytes
     info = be.info()
@@ -74,7 +77,7 @@ def main(argv=None):
     for k in fns:
         moved = 3 * nb if k == "backward" else 2 * nb
         print(f"  {k:12s} {med[k] * 1e3:8.3f} ms  {moved / med[k] / 1e9:6.2f} GB/s")
-    yard = min(("copy_vec4", "copy_grid"), key=lambda v: med[v])
+    yard = min(YARDSTICK_COPIES, key=lambda v: med[v])
     for ref in (yard, "copy_ranges"):
         f = statistics.median((2 * nb / a) / (2 * nb / c) for a, c in zip(samples["forward"], samples[ref]))
         b = statistics.median((3 * nb / a) / (2 * nb / c) for a, c in zip(samples["backward"], samples[ref]))

@@ -1,4 +1,4 @@
-"""The benchmark behind ``numr-web bench``.
+"""``numr-web bench``: forward and backward against a same-size copy (and torch), interleaved in one process.
 
 Every figure is a median over interleaved samples taken in one process:
 forward, backward, a same-size device copy and (with ``--compare torch``)
@@ -24,6 +24,10 @@ import sys
 import time
 
 import numpy as np
+
+from numr_web.bench.copies import copy_yardstick
+from numr_web.bench.timing import median_ratio, plan_samples, run_rounds, timer_for
+from numr_web.bench.torch_side import TorchSide
 
 #: (N, C, H, W, G): the standard shapes (diffusion UNet stages and a ResNet stage)
 BENCH_SHAPES = [
@@ -51,73 +55,6 @@ def _progress(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def _samples_per_timing(fn, timer, budget=0.004):
-    """How many calls one sample should hold so it lasts about ``budget`` seconds."""
-    t = min(timer(fn, 1, 1))
-    return max(1, min(50, int(budget / max(t, 1e-7))))
-
-
-class _Torch:
-    """PyTorch on the same device as the backend under test (CPU, or the GPU for --backend cuda)."""
-
-    def __init__(self, threads, layout, device="cpu"):
-        import torch
-
-        self.torch = torch
-        if threads:
-            torch.set_num_threads(threads)
-        self.layout = layout
-        self.device = "cuda" if device == "cuda" else "cpu"
-        if self.device == "cuda" and not torch.cuda.is_available():
-            raise ValueError("--compare torch with --backend cuda needs a CUDA build of torch and a GPU")
-
-    def timer(self, fn, repeat, warmup=1):
-        if self.device == "cpu":
-            return _wall_timer(fn, repeat, warmup)
-        torch = self.torch
-        for _ in range(warmup):
-            fn()
-        torch.cuda.synchronize()
-        out = []
-        for _ in range(repeat):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            out.append(start.elapsed_time(end) / 1e3)
-        return out
-
-    def setup(self, x, w, b, dy, groups, eps):
-        torch = self.torch
-        fmt = torch.channels_last if self.layout == "nhwc" and x.ndim == 4 else torch.contiguous_format
-
-        def to(a):
-            from numr_web.dtypes import BFLOAT16
-
-            if a.dtype == BFLOAT16:  # torch cannot read ml_dtypes' bfloat16
-                return torch.from_numpy(np.ascontiguousarray(a.astype(np.float32))).to(self.device, torch.bfloat16)
-            return torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
-
-        tx = to(x).contiguous(memory_format=fmt)
-        tdy = to(dy).contiguous(memory_format=fmt)
-        tw, tb = to(w), to(b)
-        n, c = x.shape[:2]
-        hw = math.prod(x.shape[2:])
-        _, mean, rstd = torch.ops.aten.native_group_norm(tx, tw, tb, n, c, hw, groups, eps)
-
-        def fwd():
-            torch.nn.functional.group_norm(tx, groups, tw, tb, eps)
-
-        def bwd():
-            torch.ops.aten.native_group_norm_backward(tdy, tx, mean, rstd, tw, n, c, hw, groups, [True, True, True])
-
-        return fwd, bwd
-
-    def version(self):
-        return f"torch {self.torch.__version__}, {self.torch.get_num_threads()} threads"
-
-
 def run_bench(args) -> int:
     import numr_web
     from numr_web.backends import get_backend
@@ -138,7 +75,7 @@ def run_bench(args) -> int:
     device = args.backend
     be = get_backend(device)
     dt = BFLOAT16 if args.dtype == "bfloat16" else np.dtype(args.dtype)
-    torch_side = _Torch(args.threads, args.layout, device) if args.compare == "torch" else None
+    torch_side = TorchSide(args.threads, args.layout, device) if args.compare == "torch" else None
 
     label = be.name
     if device == "cpu":
@@ -180,8 +117,7 @@ def run_bench(args) -> int:
     if ranges:
         print(f"\nranges over the {len(runs)} runs (the table above is the first):")
         print(_ranges_table(ranges))
-    # (a device backend picks its copy kernel at the first copy)
-    copy_name = getattr(be, "copy_kernel", None) or f"{be.name} array copy"
+    copy_name = ", ".join(sorted({case["copy_name"] for case in cases}))
     print(f"copy yardstick: {copy_name}")
     header.append(f"copy yardstick: {copy_name}")
     if args.json:
@@ -212,15 +148,17 @@ def _prepare(shape, args, be, device, dt, torch_side, rng):
     X, DY, W, B = (numr_web.to_device(a, device) for a in (x, dy, w, b))
     _, mean, rstd = numr_web.ops.group_norm_forward(X, W, B, groups, 1e-5)
 
+    timer = timer_for(be)
+    copy, copy_name = copy_yardstick(be, X, timer)
     fns = {
         "fwd": lambda: numr_web.ops.group_norm_forward(X, W, B, groups, 1e-5),
         "bwd": lambda: numr_web.ops.group_norm_backward(DY, X, mean, rstd, W, groups),
-        "copy": lambda: be.copy(X),
+        "copy": copy,
     }
     if torch_side is not None:
         fns["torch_fwd"], fns["torch_bwd"] = torch_side.setup(x, w, b, dy, groups, 1e-5)
-    timers = {k: (torch_side.timer if k.startswith("torch") else be.timer) for k in fns}
-    per_sample, settle = _plan_samples(fns, timers)
+    timers = {k: (torch_side.timer if k.startswith("torch") else timer) for k in fns}
+    per_sample, settle = plan_samples(fns, timers)
     return {
         "dims": dims,
         "groups": groups,
@@ -229,36 +167,13 @@ def _prepare(shape, args, be, device, dt, torch_side, rng):
         "timers": timers,
         "per_sample": per_sample,
         "settle": settle,
+        "copy_name": copy_name,
     }
-
-
-def _plan_samples(fns, timers):
-    """Per timed callable: calls per sample (about 4 ms of them) and the untimed settling calls
-    before each sample (half as many)."""
-    per_sample = {k: _samples_per_timing(fn, timers[k]) for k, fn in fns.items()}
-    return per_sample, {k: max(1, n // 2) for k, n in per_sample.items()}
-
-
-def _rounds(fns, timers, per_sample, settle, repeat):
-    """``repeat`` interleaved rounds over the timed callables: per callable, its mean call time
-    in each round."""
-    samples = {k: [] for k in fns}
-    for _ in range(repeat):
-        for k, fn in fns.items():
-            ts = timers[k](fn, per_sample[k], settle[k])
-            samples[k].append(sum(ts) / len(ts))
-    return samples
-
-
-def _median_ratio(samples, num, den):
-    """Median over the rounds of (sum of the ``num`` callables' times) / (sum of the ``den``
-    callables' times)."""
-    return statistics.median(sum(t[: len(num)]) / sum(t[len(num) :]) for t in zip(*(samples[k] for k in (*num, *den))))
 
 
 def _measure(case, repeat, args, be, device, torch_side):
     """One row: ``repeat`` interleaved rounds over the case's timed callables, medians and ratios."""
-    samples = _rounds(case["fns"], case["timers"], case["per_sample"], case["settle"], repeat)
+    samples = run_rounds(case["fns"], case["timers"], case["per_sample"], case["settle"], repeat)
     med = {k: statistics.median(v) for k, v in samples.items()}
     nbytes = case["nbytes"]
     row = {
@@ -276,14 +191,14 @@ def _measure(case, repeat, args, be, device, torch_side):
         "copy_gbps": 2 * nbytes / med["copy"] / 1e9,
     }
     # fraction of the copy's throughput, per round (the backward moves 3 arrays, the copy 2)
-    row["fwd_of_copy"] = _median_ratio(samples, ("copy",), ("fwd",))
-    row["bwd_of_copy"] = 1.5 * _median_ratio(samples, ("copy",), ("bwd",))
+    row["fwd_of_copy"] = median_ratio(samples, ("copy",), ("fwd",))
+    row["bwd_of_copy"] = 1.5 * median_ratio(samples, ("copy",), ("bwd",))
     if torch_side is not None:
         row["torch_fwd_ms"] = med["torch_fwd"] * 1e3
         row["torch_bwd_ms"] = med["torch_bwd"] * 1e3
-        row["fwd_vs_torch"] = _median_ratio(samples, ("fwd",), ("torch_fwd",))
-        row["bwd_vs_torch"] = _median_ratio(samples, ("bwd",), ("torch_bwd",))
-        row["total_vs_torch"] = _median_ratio(samples, ("fwd", "bwd"), ("torch_fwd", "torch_bwd"))
+        row["fwd_vs_torch"] = median_ratio(samples, ("fwd",), ("torch_fwd",))
+        row["bwd_vs_torch"] = median_ratio(samples, ("bwd",), ("torch_bwd",))
+        row["total_vs_torch"] = median_ratio(samples, ("fwd", "bwd"), ("torch_fwd", "torch_bwd"))
     return row
 
 
@@ -311,17 +226,6 @@ def _ranges_table(ranges):
     for e in ranges:
         lines.append(f"| {_shape_label(e)} | " + " | ".join(f"{e[k][0]:.2f} to {e[k][1]:.2f}" for k in keys) + " |")
     return "\n".join(lines)
-
-
-def _wall_timer(fn, repeat, warmup=1):
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def _shape_label(r):
