@@ -25,3 +25,18 @@ __all__ = [
     "NumrWebError",
     "__version__",
 ]
+
+
+def __getattr__(name):
+    # the Explorer imports anywidget and traitlets: only when asked for, so `import numr_web` stays light
+    if name == "Explorer":
+        try:
+            from numr_web.explorer import Explorer
+        except ImportError as exc:
+            if exc.name in ("anywidget", "traitlets"):
+                raise ImportError(
+                    f"numr_web.Explorer needs {exc.name}, which is not installed here: pip install 'numr-web[widget]'"
+                ) from exc
+            raise
+        return Explorer
+    raise AttributeError(f"module 'numr_web' has no attribute {name!r}")
