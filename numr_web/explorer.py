@@ -159,7 +159,7 @@ class Explorer(anywidget.AnyWidget):
     ``Explorer(x=None, num_groups=32, weight=None, bias=None, eps=1e-5, activation=None, device=None)``
 
     - ``x``: a NumPy, CuPy or WebGPU array or a ``numr_web.Tensor`` of shape (N, C, *spatial);
-      None generates one of shape (2, 32, 16, 16) from the distribution traits.
+      None generates one from the distribution traits, of ``shape=`` (default (2, 32, 16, 16)).
     - ``num_groups``: clamped (with a warning) to the largest divisor of C not above it.
     - ``weight``/``bias``: (C,) arrays (default ones / zeros, so dweight and dbias exist).
     - ``activation``: None or "silu" (the ``silu`` trait).
@@ -232,11 +232,20 @@ class Explorer(anywidget.AnyWidget):
                 raise TypeError(f"x: expected a floating-point dtype (float16, bfloat16, float32), got {xdt}")
             traits.setdefault("dtype", xdt if xdt in DTYPES else "float32")
             traits.setdefault("layout", _layout_of(x))
+            if "shape" in traits:
+                raise ValueError("shape: give either x or shape (the shape of a generated input), not both")
             dev = device if device is not None else (device_of(x) if not is_ndarray(x) else default_device())
             shape = tuple(int(n) for n in x.shape)
         else:
             dev = device if device is not None else default_device()
-            shape = DEFAULT_SHAPE
+            shape = traits.pop("shape", DEFAULT_SHAPE)
+            if (
+                not isinstance(shape, (tuple, list))
+                or len(shape) < 2
+                or not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) and n > 0 for n in shape)
+            ):
+                raise ValueError(f"shape: expected (N, C, *spatial) of positive integers, got {shape!r}")
+            shape = tuple(int(n) for n in shape)
         if not isinstance(dev, str) or dev.lower() not in ("cpu", "cuda", "webgpu"):
             raise ValueError(f"device: expected 'cpu', 'cuda' or 'webgpu', got {dev!r}")
         dev = dev.lower()
@@ -262,7 +271,7 @@ class Explorer(anywidget.AnyWidget):
         super().__init__(
             num_groups=num_groups,
             eps=eps,
-            silu=activation is not None,
+            silu=bool(traits.pop("silu", False)) or activation is not None,
             shape=list(shape),
             device=_device_label(dev) if dev != "webgpu" or _can_block() else "webgpu",
             **traits,

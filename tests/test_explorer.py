@@ -1,0 +1,326 @@
+"""The Explorer's Python side (no browser): its results buffer decodes to numr_web's own values."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("anywidget", reason="the Explorer needs anywidget: pip install 'numr-web[widget]'")
+
+from conftest import require_target  # noqa: E402
+
+import numr_web  # noqa: E402
+from numr_web import explorer as explorer_module  # noqa: E402
+from numr_web.errors import ShapeMismatch  # noqa: E402
+from numr_web.explorer import Explorer  # noqa: E402
+
+DEVICES = {"cpu": "cpu-numpy", "webgpu": "webgpu"}
+
+
+@pytest.fixture(params=list(DEVICES))
+def device(request):
+    require_target(DEVICES[request.param])
+    return request.param
+
+
+def decoded(e):
+    out = {}
+    for name, (shape, vals) in e.decode().items():
+        out[name] = np.frombuffer(vals.tobytes(), dtype=np.float32).reshape(shape)
+    return out
+
+
+def f32(a):
+    return np.ascontiguousarray(numr_web.to_numpy(a), dtype=np.float32)
+
+
+def check_against_numr_web(e):
+    """The results equal numr_web's forward and backward on the Explorer's own inputs, bit for bit."""
+    r = decoded(e)
+    x, dy, w, b = e.inputs()
+    g = e.num_groups
+    act = "silu" if e.silu else None
+    y, mean, rstd = numr_web.ops.group_norm_forward(x, w, b, g, e.eps, activation=act)
+    dx, dw, db = numr_web.ops.group_norm_backward(dy, x, mean, rstd, w, g, bias=b, activation=act)
+    for name, want in dict(x=x, y=y, dy=dy, mean=mean, rstd=rstd, dx=dx, dweight=dw, dbias=db).items():
+        np.testing.assert_array_equal(r[name], f32(want), err_msg=name)
+    s_mean, s_rstd = e.stats()
+    np.testing.assert_array_equal(f32(s_mean), r["mean"])
+    np.testing.assert_array_equal(f32(s_rstd), r["rstd"])
+    for got, name in zip(e.grads(), ("dx", "dweight", "dbias")):
+        np.testing.assert_array_equal(f32(got), r[name], err_msg=name)
+        assert numr_web.backends.device_of(got) == e._dev
+    # the extras, against float64 NumPy on the same float32 values
+    n, c = r["x"].shape[:2]
+    x64, dx64 = r["x"].astype(np.float64), r["dx"].astype(np.float64)
+    xg, dxg = x64.reshape(n, g, -1), dx64.reshape(n, g, -1)
+    xhat = (xg - r["mean"][..., None]) * r["rstd"][..., None]
+    scale = max(1.0, float(np.abs(dxg).sum(axis=2).max()))
+    np.testing.assert_allclose(r["dx_sum"], dxg.sum(axis=2), rtol=1e-4, atol=1e-5 * scale)
+    np.testing.assert_allclose(r["dx_norm"], np.sqrt((dxg * dxg).sum(axis=2)), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        r["dx_dot_xhat"], (dxg * xhat).sum(axis=2), rtol=1e-3, atol=1e-4 * max(1.0, float(np.abs(dxg * xhat).max()))
+    )
+    xc = x64.reshape(n, c, -1)
+    np.testing.assert_allclose(r["bn_mean"], xc.mean(axis=(0, 2)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(r["bn_var"], xc.var(axis=(0, 2)), rtol=1e-4, atol=1e-6)
+    return r
+
+
+CASES = [
+    dict(num_groups=32),
+    dict(num_groups=4, dtype="float16"),
+    dict(num_groups=8, dtype="bfloat16", layout="nhwc"),
+    dict(num_groups=1, layout="nhwc", silu=True),
+    dict(num_groups=16, silu=True, grad_mode="loss"),
+    dict(num_groups=2, grad_mode="ones", dtype="float16", layout="nhwc"),
+    dict(num_groups=32, offset=1e3, channel_spread=2.0, outlier_channel=3, grad_mode="loss"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+def test_generated_input_matches_numr_web(device, case):
+    e = Explorer(device=device, **case)
+    assert e.status == "ok", e.status
+    assert e.shape == [2, 32, 16, 16]
+    r = check_against_numr_web(e)
+    assert r["mean"].shape == (2, case["num_groups"])
+    assert e.results_meta["version"] == 1
+    # the controls after construction give the same values as at construction
+    e2 = Explorer(device=device, num_groups=case["num_groups"])
+    with e2.hold_trait_notifications():
+        for k, v in case.items():
+            setattr(e2, k, v)
+    assert e2.status == "ok", e2.status
+    for name, a in decoded(e2).items():
+        np.testing.assert_array_equal(a, r[name], err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_given_input(device, dtype, layout):
+    rng = np.random.default_rng(5)
+    x = (3.0 + rng.standard_normal((2, 8, 4, 4))).astype(np.float32)
+    w = rng.standard_normal(8).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    e = Explorer(x, num_groups=4, weight=w, bias=b, device=device, dtype=dtype, layout=layout, grad_mode="random")
+    assert e.status == "ok", e.status
+    r = check_against_numr_web(e)
+    want_x = x.astype(np.float16).astype(np.float32) if dtype == "float16" else x
+    np.testing.assert_array_equal(r["x"], want_x)
+    host = want_x.astype(dtype)
+    if layout == "nhwc":
+        host = numr_web.memory_layout.as_channels_last(host)
+    xin = numr_web.to_device(host, device)  # the same layout: the same summation order
+    _, mean, rstd = numr_web.ops.group_norm_forward(xin, numr_web.to_device(w, device), None, 4)
+    np.testing.assert_array_equal(r["mean"], f32(mean))
+    np.testing.assert_array_equal(r["rstd"], f32(rstd))
+
+
+def test_given_device_arrays_and_tensor(device):
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 8, 3, 5)).astype(np.float32)
+    xd = numr_web.to_device(numr_web.memory_layout.as_channels_last(x), device)
+    e = Explorer(numr_web.Tensor(xd), num_groups=2)
+    assert e._dev == device and e.layout == "nhwc"
+    check_against_numr_web(e)
+    np.testing.assert_array_equal(decoded(e)["x"], x)
+
+
+def test_num_groups_change_recomputes(device):
+    e = Explorer(device=device, num_groups=32)
+    v = e.results_meta["version"]
+    seen = []
+    e.observe(lambda ch: seen.append(ch["new"]["version"]), "results_meta")
+    e.num_groups = 4
+    assert e.status == "ok" and e.results_meta["version"] == v + 1 and seen == [v + 1]
+    assert decoded(e)["mean"].shape == (2, 4)
+    check_against_numr_web(e)
+    e.sample = 1  # draws only: no recompute
+    e.selected = [1, 2]
+    assert e.results_meta["version"] == v + 1
+
+
+def test_batch_keeps_first_samples_gn_stats_not_bn(device):
+    e = Explorer(device=device, num_groups=8, channel_spread=1.0)
+    before = decoded(e)
+    e.batch = 5
+    after = decoded(e)
+    assert e.shape[0] == 5 and after["mean"].shape == (5, 8)
+    np.testing.assert_array_equal(after["x"][:2], before["x"])
+    np.testing.assert_array_equal(after["mean"][:2], before["mean"])
+    np.testing.assert_array_equal(after["rstd"][:2], before["rstd"])
+    assert not np.array_equal(after["bn_mean"], before["bn_mean"])
+    assert not np.array_equal(after["bn_var"], before["bn_var"])
+    e.batch = 1
+    np.testing.assert_array_equal(decoded(e)["mean"], before["mean"][:1])
+
+
+def test_batch_of_a_given_input(device):
+    x = np.random.default_rng(1).standard_normal((2, 4, 3, 3)).astype(np.float32)
+    e = Explorer(numr_web.to_device(x, device), num_groups=2)
+    m2 = decoded(e)["mean"]
+    e.batch = 3  # the given samples again in turn
+    r = decoded(e)
+    np.testing.assert_array_equal(r["x"], x[[0, 1, 0]])
+    np.testing.assert_array_equal(r["mean"][:2], m2)
+    check_against_numr_web(e)
+
+
+def test_max_samples_limits_the_tensors_sent():
+    e = Explorer(device="cpu", num_groups=4, batch=6, max_samples=2)
+    r = decoded(e)
+    assert r["x"].shape[0] == 2 and r["dx"].shape[0] == 2 and r["mean"].shape == (6, 4)
+    assert e.shape[0] == 6
+
+
+def test_results_layout_is_the_contract():
+    e = Explorer(device="cpu", num_groups=4)
+    meta = e.results_meta
+    assert set(meta) == {"version", "arrays"}
+    assert isinstance(e.results, bytes)
+    names = {"x", "y", "mean", "rstd", "dy", "dx", "dweight", "dbias", "dx_norm", "dx_sum", "dx_dot_xhat"}
+    assert set(meta["arrays"]) == names | {"bn_mean", "bn_var"}
+    end = 0
+    for info in meta["arrays"].values():
+        assert info["offset"] == end and info["offset"] % 4 == 0
+        end += 4 * int(np.prod(info["shape"]))
+    assert end == len(e.results)
+    state = e.get_state()
+    assert isinstance(state["results"], (bytes, memoryview)) and isinstance(state["results_meta"], dict)
+
+
+def test_bad_arguments_raise_clear_errors():
+    x = np.zeros((2, 8, 4), np.float32)
+    with pytest.raises(TypeError, match="^x:"):
+        Explorer("abc", device="cpu")
+    with pytest.raises(ShapeMismatch, match="^x:"):
+        Explorer(np.zeros(8, np.float32), device="cpu")
+    with pytest.raises(TypeError, match="^x:.*int64"):
+        Explorer(np.zeros((2, 8, 4), np.int64), device="cpu")
+    with pytest.raises(ValueError, match="^num_groups:"):
+        Explorer(x, num_groups=0, device="cpu")
+    with pytest.raises(TypeError, match="^num_groups:"):
+        Explorer(x, num_groups="4", device="cpu")
+    with pytest.raises(ValueError, match="^eps:"):
+        Explorer(x, num_groups=4, eps=-1.0, device="cpu")
+    with pytest.raises(ValueError, match="^activation:"):
+        Explorer(x, num_groups=4, activation="relu", device="cpu")
+    with pytest.raises(ValueError, match="^device:"):
+        Explorer(x, num_groups=4, device="tpu")
+    with pytest.raises(ShapeMismatch, match="^weight:"):
+        Explorer(x, num_groups=4, weight=np.ones(3, np.float32), device="cpu")
+    with pytest.raises(TypeError, match="^bias:"):
+        Explorer(x, num_groups=4, bias=[0.0] * 8, device="cpu")
+    with pytest.raises(ValueError, match="^dtype:"):
+        Explorer(x, num_groups=4, device="cpu", dtype="float64")
+
+
+def test_num_groups_clamped_to_a_divisor_with_a_message():
+    with pytest.warns(UserWarning, match="num_groups: 5 does not divide the 32 channels.*using 4"):
+        e = Explorer(num_groups=5, device="cpu")
+    assert e.num_groups == 4 and e.status == "ok"
+
+
+def test_bad_control_values_set_status_and_never_raise():
+    e = Explorer(device="cpu", num_groups=4)
+    v = e.results_meta["version"]
+    for name, value in [("num_groups", 5), ("scale", 0.0), ("dtype", "float64"), ("batch", 0), ("grad_mode", "x")]:
+        old = getattr(e, name)
+        setattr(e, name, value)
+        assert e.status.startswith(f"error: {name}:"), e.status
+        setattr(e, name, old)
+        assert e.status == "ok"
+    assert e.results_meta["version"] == v + 5
+
+
+def test_async_recompute_where_blocking_is_unavailable(monkeypatch):
+    """Where Python cannot block (Pyodide without JSPI) the recompute awaits its read-backs in a task."""
+    require_target("webgpu")
+    monkeypatch.setattr(explorer_module, "_can_block", lambda: False)
+    reads = []
+    real = numr_web.webgpu.WebGPUArray.tobytes
+
+    def no_blocking(self, order="C"):
+        reads.append(self.shape)
+        raise numr_web.webgpu.BlockingUnavailable("tobytes: blocking is unavailable; use await tobytes_async()")
+
+    async def main():
+        monkeypatch.setattr(numr_web.webgpu.WebGPUArray, "tobytes", no_blocking)
+        e = Explorer(device="webgpu", num_groups=8)
+        assert e.status == "computing"
+        await e.wait()
+        assert e.status == "ok", e.status
+        e.num_groups = 2
+        e.num_groups = 4  # the first change's task is cancelled
+        await e.wait()
+        monkeypatch.setattr(numr_web.webgpu.WebGPUArray, "tobytes", real)
+        return e
+
+    e = asyncio.run(main())
+    assert not reads
+    assert e.status == "ok" and decoded(e)["mean"].shape == (2, 4)
+    check_against_numr_web(e)
+
+
+def test_a_failing_compute_sets_status(monkeypatch):
+    e = Explorer(device="cpu", num_groups=4)
+
+    def boom(*a, **k):
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setattr(numr_web.ops, "group_norm_backward", boom)
+    e.seed = 3
+    assert e.status == "error: RuntimeError: kernel exploded"
+    assert e.results_meta["version"] == 1
+
+
+def test_generated_input_needs_no_numpy_on_webgpu():
+    require_target("webgpu")
+    code = (
+        "import sys, builtins\n"
+        "real = builtins.__import__\n"
+        "def guard(name, *a, **k):\n"
+        "    if name.split('.')[0] in ('numpy', 'ml_dtypes'):\n"
+        "        raise ImportError('no numpy here')\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = guard\n"
+        "import numr_web\n"
+        "e = numr_web.Explorer(device='webgpu', num_groups=8, dtype='float16', layout='nhwc')\n"
+        "assert e.status == 'ok', e.status\n"
+        "mean, rstd = e.stats()\n"
+        "assert mean.shape == (2, 8)\n"
+        "assert 'numpy' not in sys.modules, 'numpy was imported'\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
+
+
+def test_import_numr_web_does_not_import_anywidget():
+    code = (
+        "import sys, numr_web\n"
+        "bad = [m for m in ('anywidget', 'traitlets', 'ipywidgets', 'numr_web.explorer') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+        "assert 'Explorer' in dir(numr_web) or hasattr(numr_web, 'Explorer')\n"
+        "assert 'anywidget' in sys.modules\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
+
+
+def test_default_device_is_the_fastest_present():
+    dev = explorer_module.default_device()
+    assert dev in ("cpu", "cuda", "webgpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        e = Explorer(num_groups=8)
+    assert e.device.startswith(dev)
