@@ -1,0 +1,93 @@
+// The (N, C, spatial) cube of Wu & He's Figure 2: which elements share one mean and variance.
+const SVG = "http://www.w3.org/2000/svg";
+
+export type NormKind = "batch" | "layer" | "instance" | "group";
+
+export interface CubeSpec {
+  n: number; // batch size
+  c: number; // channels
+  groups: number;
+  spatial: number; // number of spatial positions
+  sel: [number, number]; // (n, g)
+}
+
+export const KINDS: { kind: NormKind; title: (s: CubeSpec) => string }[] = [
+  { kind: "batch", title: () => "BatchNorm" },
+  { kind: "layer", title: () => "LayerNorm (G = 1)" },
+  { kind: "instance", title: () => "InstanceNorm (G = C)" },
+  { kind: "group", title: (s) => `GroupNorm (G = ${s.groups})` },
+];
+
+function highlighted(kind: NormKind, s: CubeSpec, n: number, c: number): boolean {
+  const cg = s.c / s.groups;
+  const [sn, sg] = s.sel;
+  const sc = sg * cg; // the selected group's first channel stands for "the channel" under IN and BN
+  switch (kind) {
+    case "group":
+      return n === sn && Math.floor(c / cg) === sg;
+    case "layer":
+      return n === sn;
+    case "instance":
+      return n === sn && c === sc;
+    case "batch":
+      return c === sc;
+  }
+}
+
+/** What the highlighted set is, in words (the diagram's text alternative). */
+export function describe(kind: NormKind, s: CubeSpec): string {
+  const cg = s.c / s.groups;
+  const [sn, sg] = s.sel;
+  const c0 = sg * cg;
+  switch (kind) {
+    case "group":
+      return `GroupNorm: sample ${sn}, channels ${c0} to ${c0 + cg - 1}, all ${s.spatial} positions (${cg * s.spatial} elements) share one mean and rstd`;
+    case "layer":
+      return `LayerNorm: sample ${sn}, all ${s.c} channels and ${s.spatial} positions (${s.c * s.spatial} elements)`;
+    case "instance":
+      return `InstanceNorm: sample ${sn}, channel ${c0}, ${s.spatial} positions (${s.spatial} elements)`;
+    case "batch":
+      return `BatchNorm: channel ${c0} over all ${s.n} samples and ${s.spatial} positions (${s.n * s.spatial} elements); it changes with N`;
+  }
+}
+
+function el<K extends keyof SVGElementTagNameMap>(name: K, attrs: Record<string, string | number>): SVGElementTagNameMap[K] {
+  const e = document.createElementNS(SVG, name);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+  return e;
+}
+
+/** One small oblique cube: front face C (across) by spatial (down), samples going back. */
+export function cube(kind: NormKind, s: CubeSpec): SVGSVGElement {
+  const W = 96, H = 64, depth = 36;
+  const nDraw = Math.max(1, Math.min(s.n, 16));
+  const step = depth / nDraw;
+  const svg = el("svg", { viewBox: `0 0 ${W + depth + 22} ${H + depth + 14}`, width: W + depth + 22, height: H + depth + 14, role: "img" });
+  svg.setAttribute("aria-label", describe(kind, s));
+  const cw = W / s.c;
+  const x0 = 14, y0 = depth + 4;
+  for (let n = nDraw - 1; n >= 0; n--) {
+    const ox = x0 + n * step, oy = y0 - n * step;
+    for (let c = 0; c < s.c; c++) {
+      const cls = highlighted(kind, s, n, c) ? "nw-cube-on" : "nw-cube-off";
+      const x = ox + c * cw;
+      // top face strip, then front face column
+      svg.appendChild(el("polygon", { class: cls, points: `${x},${oy} ${x + cw},${oy} ${x + cw + step},${oy - step} ${x + step},${oy - step}` }));
+      svg.appendChild(el("rect", { class: cls, x, y: oy, width: cw, height: H }));
+    }
+    // right side face of the slab
+    const xr = ox + W;
+    const cls = highlighted(kind, s, n, s.c - 1) ? "nw-cube-on" : "nw-cube-off";
+    svg.appendChild(el("polygon", { class: `${cls} nw-cube-side`, points: `${xr},${oy} ${xr + step},${oy - step} ${xr + step},${oy - step + H} ${xr},${oy + H}` }));
+    svg.appendChild(el("rect", { class: "nw-cube-outline", x: ox, y: oy, width: W, height: H }));
+  }
+  const t = (x: number, y: number, text: string, extra: Record<string, string | number> = {}): void => {
+    const e = el("text", { x, y, class: "nw-cube-axis", ...extra });
+    e.textContent = text;
+    svg.appendChild(e);
+  };
+  t(x0 + W / 2, y0 + H + 9, "C", { "text-anchor": "middle" });
+  t(x0 + W + depth / 2 + 6, y0 - depth / 2 + 2, "N");
+  t(x0 - 1, y0 + H / 2, "H,W", { "text-anchor": "middle", transform: `rotate(-90 ${x0 - 1} ${y0 + H / 2})`, dy: -2 });
+  return svg;
+}
