@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import os
 import re
 import shutil
 import subprocess
@@ -86,3 +87,23 @@ def test_every_kernel_binds_at_most_eight_storage_buffers(kernel):
     roles = dict.fromkeys(re.findall(r"array<ST_(\w+)>", (ROOT / "kernels" / "wgsl" / kernel).read_text()), "f32")
     code = source.build(kernel, roles, {})
     assert len(re.findall(r"var<storage", code)) <= 8
+
+
+def test_the_contracts_catch_a_deliberate_cycle(tmp_path):
+    """A function-level import that closes a cycle (schema -> ops, the old way of registering the
+    ops) breaks both contracts, so CI fails on it."""
+    exe = shutil.which("lint-imports")
+    if exe is None:
+        pytest.fail("lint-imports (import-linter, a dev extra) is not installed")
+    shutil.copytree(ROOT, tmp_path / "numr_web", ignore=shutil.ignore_patterns("__pycache__", "static"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    schema_py = tmp_path / "numr_web" / "schema.py"
+    text = schema_py.read_text()
+    marker = 'def schema(name: str) -> OpSchema:\n    """The schema of op ``name`` (e.g. ``"group_norm"``)."""\n'
+    assert marker in text
+    schema_py.write_text(text.replace(marker, marker + "    import numr_web.ops  # noqa: F401\n"))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    proc = subprocess.run([exe, "--no-cache"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "numr_web.schema is not allowed to import numr_web.ops" in proc.stdout
+    assert ".schema -> .ops" in proc.stdout
