@@ -1,0 +1,352 @@
+"""The Explorer's front-end (numr_web/static/explorer.js, built from widget/) in headless Chromium.
+
+A test page (tests/explorer_frontend/) mounts the bundle with a minimal anywidget-style model that records
+what the view sets. The model holds KNOWN results: numr_web's CPU forward and backward on NumPy arrays,
+packed as the contract says (docs/explorer-contract.md). The tests read what the DOM shows.
+
+Debian's /usr/bin/chromium through the Python ``playwright`` package (never ``playwright install``). Under
+CI=true a missing browser or playwright fails; elsewhere the tests skip with the reason.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import http.server
+import os
+import re
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import numr_web
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLE = ROOT / "numr_web" / "static" / "explorer.js"
+CHROMIUM = os.environ.get("NUMR_WEB_CHROMIUM", "/usr/bin/chromium")
+IN_CI = os.environ.get("CI", "") == "true"
+PAGE = "/tests/explorer_frontend/index.html"
+EPS = 1e-5
+
+
+def _missing() -> str | None:
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError as exc:
+        return f"the Python playwright package is not installed ({exc}); pip install -e '.[dev]'"
+    if not Path(CHROMIUM).exists():
+        return f"no Chromium at {CHROMIUM} (apt-get install chromium, or set NUMR_WEB_CHROMIUM)"
+    if not BUNDLE.exists():
+        return f"{BUNDLE} is missing: npm ci --prefix widget && npm run --prefix widget build"
+    return None
+
+
+# ---- known results, packed as the contract says ------------------------------------------------------------
+def compute(n=2, c=8, hw=(4, 4), g=4, seed=0, offset=3.0, grad_mode="random", eps=EPS):
+    rng = np.random.default_rng(seed)
+    x = (offset + rng.standard_normal((n, c, *hw)) * (1.0 + np.arange(c).reshape(1, c, 1, 1) * 0.25)).astype(np.float32)
+    w, b = np.ones(c, np.float32), np.zeros(c, np.float32)
+    y, mean, rstd = numr_web.ops.group_norm_forward(x, w, b, g, eps)
+    dy = y.copy() if grad_mode == "loss" else rng.standard_normal(x.shape).astype(np.float32)
+    dx, dw, db = numr_web.ops.group_norm_backward(dy, x, mean, rstd, w, g)
+    x64, dx64 = x.astype(np.float64).reshape(n, g, -1), dx.astype(np.float64).reshape(n, g, -1)
+    xhat = (x64 - np.asarray(mean, np.float64).reshape(n, g, 1)) * np.asarray(rstd, np.float64).reshape(n, g, 1)
+    xc = x.astype(np.float64).reshape(n, c, -1)
+    arrays = {
+        "x": x,
+        "y": y,
+        "mean": mean,
+        "rstd": rstd,
+        "dy": dy,
+        "dx": dx,
+        "dweight": dw,
+        "dbias": db,
+        "dx_norm": np.sqrt((dx64 * dx64).sum(axis=2)),
+        "dx_sum": dx64.sum(axis=2),
+        "dx_dot_xhat": (dx64 * xhat).sum(axis=2),
+        "bn_mean": xc.mean(axis=(0, 2)),
+        "bn_var": xc.var(axis=(0, 2)),
+    }
+    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in arrays.items()}
+
+
+def pack(arrays, version=1):
+    blob, meta = bytearray(), {}
+    for name, a in arrays.items():
+        meta[name] = {"offset": len(blob), "shape": list(a.shape)}
+        blob += a.astype("<f4").tobytes()
+    return base64.b64encode(bytes(blob)).decode(), {"version": version, "arrays": meta}
+
+
+def state_for(arrays, **traits):
+    b64, meta = pack(arrays, traits.pop("version", 1))
+    x = arrays["x"]
+    st = {
+        "shape": list(x.shape),
+        "device": "cpu (test)",
+        "status": "ok",
+        "results_b64": b64,
+        "results_meta": meta,
+        "num_groups": arrays["mean"].shape[1],
+        "eps": EPS,
+        "offset": 3.0,
+        "scale": 1.0,
+        "channel_spread": 0.0,
+        "outlier_channel": -1,
+        "seed": 0,
+        "dtype": "float32",
+        "layout": "nchw",
+        "silu": False,
+        "grad_mode": "random",
+        "batch": x.shape[0],
+        "sample": 0,
+        "selected": [0, 0],
+    }
+    st.update(traits)
+    return st
+
+
+# ---- browser fixtures --------------------------------------------------------------------------------------
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def end_headers(self):
+        self.send_header("Cache-Control", "no-store")
+        super().end_headers()
+
+
+@pytest.fixture(scope="module")
+def server():
+    handler = functools.partial(_Quiet, directory=str(ROOT))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    t = threading.Thread(target=httpd.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    why = _missing()
+    if why:
+        if IN_CI:
+            pytest.fail(f"required under CI=true: {why}")
+        pytest.skip(why)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--headless=new", "--no-sandbox", "--disable-gpu"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    pg = browser.new_page(viewport={"width": 1200, "height": 900})
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    pg.goto(server + PAGE)
+    pg.wait_for_function("window.harnessReady === true", timeout=15_000)
+    yield pg
+    pg.close()
+    assert not errors, f"errors in the page: {errors}"
+
+
+def mount(page, state, kind="dataview"):
+    page.evaluate("([s, k]) => window.mount(s, k)", [state, kind])
+
+
+def table_rows(page, testid):
+    return page.evaluate(
+        """(t) => [...document.querySelectorAll(`[data-testid="${t}"] tr`)]
+            .map(r => [...r.children].map(c => c.textContent.trim()))""",
+        testid,
+    )
+
+
+def text(page, testid):
+    return page.locator(f'[data-testid="{testid}"]').first.text_content().strip()
+
+
+def sets(page):
+    return page.evaluate("window.model.sets")
+
+
+def assert_stats_table(page, arrays):
+    rows = table_rows(page, "group-stats")
+    assert rows[0] == ["n", "g", "mean", "rstd"]
+    mean, rstd = arrays["mean"], arrays["rstd"]
+    n, g = mean.shape
+    assert len(rows) == 1 + n * g
+    for (sn, sg, sm, sr), (i, j) in zip(rows[1:], np.ndindex(n, g), strict=True):
+        assert (int(sn), int(sg)) == (i, j)
+        np.testing.assert_allclose(float(sm), mean[i, j], rtol=1e-5, atol=1e-30)
+        np.testing.assert_allclose(float(sr), rstd[i, j], rtol=1e-5)
+        # at least 6 significant digits
+        assert len(re.sub(r"[^0-9]", "", sm.split("e")[0]).lstrip("0")) >= 6 or float(sm) == 0
+
+
+# ---- tests -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["dataview", "arraybuffer", "uint8array"])
+def test_group_stats_table_shows_the_known_mean_and_rstd(page, kind):
+    arrays = compute()
+    mount(page, state_for(arrays), kind)
+    assert_stats_table(page, arrays)
+    assert text(page, "status").startswith("Up to date")
+
+
+def test_worked_example_has_the_selected_groups_numbers(page):
+    eps = 0.5  # large, so that var = 1/rstd^2 - eps differs visibly from 1/rstd^2
+    arrays = compute(eps=eps)
+    n, g = 1, 2
+    mount(page, state_for(arrays, selected=[n, g], eps=eps))
+    mean, rstd = float(arrays["mean"][n, g]), float(arrays["rstd"][n, g])
+    c0 = g * (arrays["x"].shape[1] // arrays["mean"].shape[1])
+    x0 = float(arrays["x"][n, c0].reshape(-1)[0])
+    want = {
+        "we-mean": mean,
+        "we-rstd": rstd,
+        "we-var": 1.0 / rstd**2 - eps,
+        "we-x": x0,
+        "we-xhat": (x0 - mean) * rstd,
+        "we-y-expected": (x0 - mean) * rstd,
+        "we-y": float(arrays["y"][n, c0].reshape(-1)[0]),
+    }
+    for testid, value in want.items():
+        np.testing.assert_allclose(float(text(page, testid)), value, rtol=1e-5, err_msg=testid)
+    # the kernel's y equals the formula's to float32 rounding
+    assert abs(float(text(page, "we-y-diff"))) < 1e-5
+    # the selected row of the table is marked
+    assert page.locator('[data-testid="group-stats"] tr.nw-selected td').first.text_content() == str(n)
+
+
+@pytest.mark.parametrize("grad_mode", ["random", "loss"])
+def test_invariant_checks_pass_on_numr_webs_backward(page, grad_mode):
+    arrays = compute(grad_mode=grad_mode)
+    mount(page, state_for(arrays, grad_mode=grad_mode))
+    for testid in ("inv-dx-sum", "inv-dx-dot-xhat"):
+        row = page.locator(f'[data-testid="{testid}"]')
+        assert row.get_attribute("data-pass") == "true", row.text_content()
+        assert float(text(page, f"{testid}-worst")) <= 1e-5
+    if grad_mode == "loss":
+        # dy = y: dx is almost all the eps term, so plain orthogonality (cosine) does not hold here
+        xhat_norm = np.sqrt(arrays["x"][0].size / arrays["mean"].shape[1])
+        cos = np.abs(arrays["dx_dot_xhat"]) / (arrays["dx_norm"] * xhat_norm)
+        assert cos.max() > 0.5
+
+
+def test_invariant_check_fails_on_a_wrong_dx_sum(page):
+    arrays = compute()
+    arrays["dx_sum"][1, 3] += 1e-2 * float(np.abs(arrays["dx"]).sum() / arrays["mean"].size)
+    mount(page, state_for(arrays))
+    assert page.locator('[data-testid="inv-dx-sum"]').get_attribute("data-pass") == "false"
+    assert "(n 1, g 3)" in page.locator('[data-testid="inv-dx-sum"]').text_content()
+    assert page.locator('[data-testid="inv-dx-dot-xhat"]').get_attribute("data-pass") == "true"
+
+
+def test_num_groups_select_offers_divisors_and_sends_the_change(page):
+    mount(page, state_for(compute()))
+    sel = page.locator('[data-testid="num-groups"]')
+    values = sel.evaluate("s => [...s.options].map(o => o.value)")
+    assert values == ["1", "2", "4", "8"]
+    assert sel.input_value() == "4"
+    sel.select_option("2")  # sets the value and dispatches input and change
+    assert ["num_groups", 2] in sets(page)
+    assert page.evaluate("window.model.saves") >= 1
+    page.get_by_role("button", name="G = C (InstanceNorm)").click()
+    assert sets(page)[-1] == ["num_groups", 8]
+    page.get_by_role("button", name="G = 1 (LayerNorm)").click()
+    assert sets(page)[-1] == ["num_groups", 1]
+
+
+def test_new_results_redraw_the_table(page):
+    mount(page, state_for(compute()))
+    new = compute(n=3, g=2, seed=5, offset=-7.0)
+    b64, meta = pack(new, version=2)
+    page.evaluate("(p) => window.pyUpdate(p)", {"results_b64": b64, "results_meta": meta, "num_groups": 2})
+    assert_stats_table(page, new)
+    assert "v2" in text(page, "status")
+
+
+def test_clicking_a_heatmap_cell_selects_that_group(page):
+    arrays = compute()
+    mount(page, state_for(arrays))
+    for testid in ("heatmap-mean", "heatmap-rstd"):
+        canvas = page.locator(f'[data-testid="{testid}"]')
+        box = canvas.bounding_box()
+        g_count = arrays["mean"].shape[1]
+        n, g = 1, 3 if testid == "heatmap-mean" else 2
+        page.mouse.click(box["x"] + (g + 0.5) * box["width"] / g_count, box["y"] + (n + 0.5) * box["height"] / 2)
+        assert sets(page)[-1] == ["selected", [n, g]]
+        assert page.locator('[data-testid="selected"] h3').text_content() == f"Selected group (n = {n}, g = {g})"
+    # the hover tooltip shows the exact values
+    canvas = page.locator('[data-testid="heatmap-mean"]')
+    box = canvas.bounding_box()
+    page.mouse.move(box["x"] + 0.5 * box["width"] / 4, box["y"] + 0.5 * box["height"] / 2)
+    tip = page.locator(".nw-tooltip")
+    assert tip.is_visible()
+    shown = re.search(r"mean = (\S+)", tip.text_content()).group(1)
+    np.testing.assert_allclose(float(shown), arrays["mean"][0, 0], rtol=1e-6)
+
+
+def test_controls_send_their_traits(page):
+    mount(page, state_for(compute()))
+    page.locator('[data-testid="dtype"]').select_option("bfloat16")
+    page.locator('[data-testid="layout"]').select_option("nhwc")
+    page.locator('[data-testid="grad-mode"]').select_option("loss")
+    page.locator('[data-testid="outlier-channel"]').select_option("3")
+    page.locator('[data-testid="silu"]').check()
+    page.locator('[data-testid="batch"]').fill("5")
+    page.locator('[data-testid="batch"]').press("Tab")
+    page.locator('[data-testid="eps-zero"]').check()
+    got = sets(page)
+    for want in (["dtype", "bfloat16"], ["layout", "nhwc"], ["grad_mode", "loss"], ["outlier_channel", 3]):
+        assert want in got
+    assert ["silu", True] in got and ["batch", 5] in got and ["eps", 0] in got
+    # every control has a visible label
+    unlabeled = page.evaluate(
+        """() => [...document.querySelectorAll('.nw-controls input, .nw-controls select, [data-testid="batch"]')]
+            .filter(e => !(e.labels && e.labels.length && e.labels[0].offsetParent !== null))
+            .map(e => e.dataset.testid)"""
+    )
+    assert unlabeled == []
+
+
+def test_status_shows_computing_and_errors(page):
+    mount(page, state_for(compute()))
+    page.evaluate("() => window.pyUpdate({status: 'computing'})")
+    assert text(page, "status") == "Computing…"
+    page.evaluate("() => window.pyUpdate({status: 'error: num_groups must divide C'})")
+    assert text(page, "status") == "Error: num_groups must divide C"
+
+
+def test_bn_mean_moves_with_the_batch_and_gn_mean_does_not(page):
+    a2 = compute(n=2, seed=3)
+    mount(page, state_for(a2))
+    before = table_rows(page, "bn-gn")
+    a4 = compute(n=4, seed=3)
+    assert np.array_equal(a4["x"][:2], a2["x"][:2])  # the same first samples
+    b64, meta = pack(a4, version=2)
+    page.evaluate("(p) => window.pyUpdate(p)", {"results_b64": b64, "results_meta": meta, "batch": 4})
+    after = table_rows(page, "bn-gn")
+    np.testing.assert_allclose([float(r[1]) for r in after[1:]], a4["bn_mean"][:4], rtol=1e-5)
+    assert [r[2:4] for r in after[1:]] == [r[2:4] for r in before[1:]]  # GN means of n = 0, 1 unchanged
+    assert [r[1] for r in after[1:]] != [r[1] for r in before[1:]]
+    assert "changes with N" in page.locator('[data-testid="cube-batch"] svg').get_attribute("aria-label")
+
+
+def test_cleanup_removes_listeners_and_screenshot(page, tmp_path):
+    mount(page, state_for(compute(n=2, c=16, hw=(8, 8), g=4), selected=[1, 1]))
+    assert page.evaluate("window.model.handlerCount()") > 0
+    page.locator('[data-testid="heatmap-mean"]').hover()
+    shot = tmp_path / "explorer.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+    print(f"screenshot: {shot}")
+    page.evaluate("window.cleanup()")
+    assert page.evaluate("window.model.handlerCount()") == 0
