@@ -64,12 +64,19 @@ export function cube(kind: NormKind, s: CubeSpec): SVGSVGElement {
   const step = depth / nDraw;
   const svg = el("svg", { viewBox: `0 0 ${W + depth + 22} ${H + depth + 14}`, width: W + depth + 22, height: H + depth + 14, role: "img" });
   svg.setAttribute("aria-label", describe(kind, s));
-  const cw = W / s.c;
+  // at most 32 drawn columns: a column stands for `per` consecutive channels and lights up if any of them does
+  const cols = Math.min(s.c, 32);
+  const per = Math.ceil(s.c / cols);
+  const lit = (n: number, col: number): boolean => {
+    for (let c = col * per; c < Math.min(s.c, (col + 1) * per); c++) if (highlighted(kind, s, n, c)) return true;
+    return false;
+  };
+  const cw = W / cols;
   const x0 = 14, y0 = depth + 4;
   for (let n = nDraw - 1; n >= 0; n--) {
     const ox = x0 + n * step, oy = y0 - n * step;
-    for (let c = 0; c < s.c; c++) {
-      const cls = highlighted(kind, s, n, c) ? "nw-cube-on" : "nw-cube-off";
+    for (let c = 0; c < cols; c++) {
+      const cls = lit(n, c) ? "nw-cube-on" : "nw-cube-off";
       const x = ox + c * cw;
       // top face strip, then front face column
       svg.appendChild(el("polygon", { class: cls, points: `${x},${oy} ${x + cw},${oy} ${x + cw + step},${oy - step} ${x + step},${oy - step}` }));
@@ -77,7 +84,7 @@ export function cube(kind: NormKind, s: CubeSpec): SVGSVGElement {
     }
     // right side face of the slab
     const xr = ox + W;
-    const cls = highlighted(kind, s, n, s.c - 1) ? "nw-cube-on" : "nw-cube-off";
+    const cls = lit(n, cols - 1) ? "nw-cube-on" : "nw-cube-off";
     svg.appendChild(el("polygon", { class: `${cls} nw-cube-side`, points: `${xr},${oy} ${xr + step},${oy - step} ${xr + step},${oy - step + H} ${xr},${oy + H}` }));
     svg.appendChild(el("rect", { class: "nw-cube-outline", x: ox, y: oy, width: W, height: H }));
   }

@@ -664,15 +664,27 @@ function render({ model, el }: RenderProps<Traits>): () => void {
     }
   }
 
-  const onResults = (): void => {
-    decode();
-    redraw();
+  // one redraw per burst of change events (a kernel message sets results, results_meta, shape and status together)
+  let pending = false;
+  let stale = false;
+  const schedule = (decodeToo: boolean): void => {
+    stale ||= decodeToo;
+    if (pending) return;
+    pending = true;
+    queueMicrotask(() => {
+      pending = false;
+      if (signal.aborted) return;
+      if (stale) decode();
+      stale = false;
+      redraw();
+    });
   };
+  const onResults = (): void => schedule(true);
   const onControls = (): void => {
     syncControls();
   };
   const onStatus = (): void => drawStatus();
-  const onView = (): void => redraw();
+  const onView = (): void => schedule(false);
   const controlTraits = ["shape", "num_groups", "eps", "offset", "scale", "channel_spread", "outlier_channel", "seed", "dtype", "layout", "silu", "grad_mode", "batch", "sample"];
   const handlers: [string, () => void][] = [
     ["change:results", onResults],
