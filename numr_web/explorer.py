@@ -67,6 +67,7 @@ RECOMPUTE = (
     "silu",
     "grad_mode",
     "batch",
+    "max_samples",
 )
 #: of those, the ones that change a generated input
 _DISTRIBUTION = ("offset", "scale", "channel_spread", "outlier_channel", "seed", "batch")
@@ -75,6 +76,8 @@ LAYOUTS = ("nchw", "nhwc")
 GRAD_MODES = ("ones", "random", "loss")
 DEFAULT_SHAPE = (2, 32, 16, 16)
 MAX_BATCH = 16
+#: elements per tensor (x, y, dy, dx) sent when ``max_samples`` is 0 (auto): 256 KiB of float32
+SAMPLE_BUDGET = 1 << 16
 
 
 def _in_pyodide() -> bool:
@@ -194,11 +197,13 @@ class Explorer(anywidget.AnyWidget):
     batch = traitlets.Int(2).tag(sync=True)
     sample = traitlets.Int(0).tag(sync=True)
     selected = traitlets.List(traitlets.Int(), default_value=[0, 0]).tag(sync=True)
-    #: how many samples of x/y/dy/dx travel (the statistics are always whole)
-    max_samples = traitlets.Int(16).tag(sync=True)
+    #: how many samples of x/y/dy/dx travel (the statistics are always whole); 0: as many as fit in
+    #: SAMPLE_BUDGET elements per tensor, at least one (each MiB sent costs tens of ms in JupyterLab)
+    max_samples = traitlets.Int(0).tag(sync=True)
 
     def __init__(self, x=None, num_groups=32, weight=None, bias=None, eps=1e-5, activation=None, device=None, **traits):
         self._ready = False
+        self._cache = {}
         self._task = None
         self._last = None
         self._version = 0
@@ -479,14 +484,21 @@ class Explorer(anywidget.AnyWidget):
         back (read blocking or awaited by the driver); returns (results bytes, meta, last)."""
         ops = numr_web.ops
         shape = (int(self.batch), *self._base_shape[1:])
-        try:
-            x = yield from _as_gen(self._x_host_or_device(shape))
-        except _NeedsUpload:  # a WebGPU x to make channels-last: through its bytes
-            raw = yield self._x_user.astype("float32")
-            x = self._upload(raw, shape, self.layout)
         dt = self.dtype
-        if dt != "float32":
-            x = x.astype(dt if self._dev == "webgpu" else _np_dtype(dt, self._dev))
+        # x and dy depend on fewer controls than a recompute: kept while those stay (a G change reuses them)
+        x_key = (shape, self.layout, dt, self.offset, self.scale, self.channel_spread, self.outlier_channel, self.seed)
+        cached = self._cache.get("x")
+        if cached is not None and cached[0] == x_key:
+            x = cached[1]
+        else:
+            try:
+                x = yield from _as_gen(self._x_host_or_device(shape))
+            except _NeedsUpload:  # a WebGPU x to make channels-last: through its bytes
+                raw = yield self._x_user.astype("float32")
+                x = self._upload(raw, shape, self.layout)
+            if dt != "float32":
+                x = x.astype(dt if self._dev == "webgpu" else _np_dtype(dt, self._dev))
+            self._cache["x"] = (x_key, x)
         g = int(self.num_groups)
         act = "silu" if self.silu else None
         w, b = self._weight, self._bias
@@ -494,14 +506,21 @@ class Explorer(anywidget.AnyWidget):
         mode = self.grad_mode
         if mode == "loss":
             dy = y
-        elif mode == "ones":
-            dy = self._upload(array.array("f", [1.0]) * math.prod(shape), shape, self.layout)
         else:
-            rng = random.Random(self.seed * 1_000_003 + 7_777_777)
-            gauss = rng.gauss
-            dy = self._upload(array.array("f", (gauss(0.0, 1.0) for _ in range(math.prod(shape)))), shape, self.layout)
-        if mode != "loss" and dt != "float32":
-            dy = dy.astype(dt if self._dev == "webgpu" else _np_dtype(dt, self._dev))
+            dy_key = (mode, shape, self.layout, dt, self.seed if mode == "random" else None)
+            cached = self._cache.get("dy")
+            if cached is not None and cached[0] == dy_key:
+                dy = cached[1]
+            else:
+                if mode == "ones":
+                    host = array.array("f", [1.0]) * math.prod(shape)
+                else:
+                    gauss = random.Random(self.seed * 1_000_003 + 7_777_777).gauss
+                    host = array.array("f", (gauss(0.0, 1.0) for _ in range(math.prod(shape))))
+                dy = self._upload(host, shape, self.layout)
+                if dt != "float32":
+                    dy = dy.astype(dt if self._dev == "webgpu" else _np_dtype(dt, self._dev))
+                self._cache["dy"] = (dy_key, dy)
         dx, dweight, dbias = ops.group_norm_backward(dy, x, mean, rstd, w, g, bias=b, activation=act)
 
         # the extras, float32 NCHW on the device
@@ -527,7 +546,9 @@ class Explorer(anywidget.AnyWidget):
             "bn_mean": bn_mean,
             "bn_var": (centred * centred).mean(axis=(0, 2)),
         }
-        sent = min(n, max(1, int(self.max_samples)))
+        per_sample = math.prod(shape[1:])
+        want = int(self.max_samples) if self.max_samples > 0 else SAMPLE_BUDGET // per_sample
+        sent = min(n, max(1, want))
         blob = bytearray()
         meta = {}
         for name, a in arrays.items():

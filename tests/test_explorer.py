@@ -178,6 +178,11 @@ def test_max_samples_limits_the_tensors_sent():
     r = decoded(e)
     assert r["x"].shape[0] == 2 and r["dx"].shape[0] == 2 and r["mean"].shape == (6, 4)
     assert e.shape[0] == 6
+    e.max_samples = 0  # auto: as many samples as fit in SAMPLE_BUDGET elements per tensor
+    assert decoded(e)["x"].shape[0] == 6  # (32, 16, 16): 8192 elements a sample
+    big = Explorer(np.zeros((4, 64, 32, 32), np.float32), num_groups=8, device="cpu")
+    r = decoded(big)
+    assert r["x"].shape == (1, 64, 32, 32) and r["mean"].shape == (4, 8) and big.shape == [4, 64, 32, 32]
 
 
 def test_results_layout_is_the_contract():
