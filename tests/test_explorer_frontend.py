@@ -350,3 +350,14 @@ def test_cleanup_removes_listeners_and_screenshot(page, tmp_path):
     print(f"screenshot: {shot}")
     page.evaluate("window.cleanup()")
     assert page.evaluate("window.model.handlerCount()") == 0
+
+
+def test_parameters_in_results_meta_win_over_traits_that_moved_on(page):
+    # the eps slider moved (trait) while the shown results were computed with eps = 0.5 (results_meta)
+    arrays = compute(eps=0.5)
+    st = state_for(arrays, eps=1e-3)
+    st["results_meta"]["eps"] = 0.5
+    mount(page, st)
+    rstd = float(arrays["rstd"][0, 0])
+    np.testing.assert_allclose(float(text(page, "we-var")), 1.0 / rstd**2 - 0.5, rtol=1e-5)
+    assert page.locator('[data-testid="inv-dx-dot-xhat"]').get_attribute("data-pass") == "true"

@@ -9,6 +9,8 @@ export interface ArrayMeta {
 export interface ResultsMeta {
   version: number;
   arrays: Record<string, ArrayMeta>;
+  /** Any other keys of results_meta (e.g. the eps, dtype, silu the results were computed with, if the Python side sends them). */
+  extra: Record<string, unknown>;
 }
 
 export interface NdArray {
@@ -38,7 +40,9 @@ export function parseMeta(raw: unknown): ResultsMeta | null {
     if (typeof am.offset !== "number" || !Array.isArray(am.shape)) continue;
     arrays[name] = { offset: am.offset, shape: (am.shape as unknown[]).map(Number) };
   }
-  return { version: typeof m.version === "number" ? m.version : 0, arrays };
+  const extra: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(m)) if (k !== "version" && k !== "arrays") extra[k] = v;
+  return { version: typeof m.version === "number" ? m.version : 0, arrays, extra };
 }
 
 /** Float32Arrays for every array in `meta` that lies wholly inside `raw`; a short buffer drops the array, it never throws. */

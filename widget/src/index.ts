@@ -128,6 +128,9 @@ function render({ model, el }: RenderProps<Traits>): () => void {
   const id = `nw-explorer-${++instances}`;
   let hover: [number, number] | null = null;
   let results: Results = new Map();
+  let meta: ReturnType<typeof parseMeta> = null;
+  /** A parameter the shown results were computed with: from results_meta when the Python side put it there, else the trait (which may already be ahead of the results). */
+  const param = (name: "eps" | "dtype" | "silu"): unknown => (meta !== null && name in meta.extra ? meta.extra[name] : model.get(name));
 
   const root = h("div", { class: "nw-explorer", id });
   const tooltip = h("div", { class: "nw-tooltip", role: "tooltip", hidden: "" });
@@ -464,10 +467,10 @@ function render({ model, el }: RenderProps<Traits>): () => void {
   function invariants(v: View): HTMLElement {
     const dxSum = v.r.get("dx_sum"), dxDot = v.r.get("dx_dot_xhat"), rstd = v.r.get("rstd"), mean = v.r.get("mean");
     const x = v.r.get("x"), dy = v.r.get("dy"), weight = v.r.get("weight"), bias = v.r.get("bias");
-    const dt = String(model.get("dtype"));
+    const dt = String(param("dtype"));
     const tol = INVARIANT_TOL[dt] ?? 1e-5;
-    const eps = Number(model.get("eps"));
-    const useSilu = Boolean(model.get("silu"));
+    const eps = Number(param("eps"));
+    const useSilu = Boolean(param("silu"));
     const m = v.cg * v.s;
     let worstSum = 0, worstDot = 0, checked = 0;
     let whereSum = "", whereDot = "";
@@ -542,7 +545,7 @@ function render({ model, el }: RenderProps<Traits>): () => void {
     const [n, g] = v.sel;
     const i = n * v.g + g;
     const mean = at(v.r.get("mean")?.data, i), rstd = at(v.r.get("rstd")?.data, i);
-    const eps = Number(model.get("eps"));
+    const eps = Number(param("eps"));
     const variance = 1 / (rstd * rstd) - eps;
     const c0 = g * v.cg;
     const x = v.r.get("x"), y = v.r.get("y");
@@ -561,7 +564,7 @@ function render({ model, el }: RenderProps<Traits>): () => void {
       const ww = Number.isFinite(w) ? w : 1, bb = Number.isFinite(b) ? b : 0;
       const xhat = (xs - mean) * rstd;
       const z = xhat * ww + bb;
-      const silu = Boolean(model.get("silu"));
+      const silu = Boolean(param("silu"));
       const yExp = silu ? z / (1 + Math.exp(-z)) : z;
       const yGot = at(y?.data, (n * v.c + c0) * v.s);
       box.append(
@@ -617,7 +620,8 @@ function render({ model, el }: RenderProps<Traits>): () => void {
 
   // ---- redraw ---------------------------------------------------------------------------------------------
   function decode(): void {
-    results = decodeResults(model.get("results"), parseMeta(model.get("results_meta")));
+    meta = parseMeta(model.get("results_meta"));
+    results = decodeResults(model.get("results"), meta);
   }
 
   function redraw(): void {
