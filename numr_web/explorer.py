@@ -113,7 +113,7 @@ def _device_label(device: str) -> str:
     if device == "cpu":
         path = info.get("cpu path")
         return f"cpu ({path} path)" if path else "cpu"
-    name = info.get("adapter") or info.get("name") or info.get("device") or ""
+    name = info.get("adapter") or info.get("device_name") or info.get("name") or ""
     name = str(name).split(" (")[0]
     return f"{device} ({name})" if name else device
 
@@ -340,11 +340,9 @@ class Explorer(anywidget.AnyWidget):
         if self._dev == "webgpu":
             import numr_web.webgpu as wg
 
-            if layout == "nhwc":
-                from numr_web.memory_layout import channels_last_perm
-
-                buf = _permute(buf, shape, channels_last_perm(len(shape)))
-            return wg.from_buffer(buf, shape, "float32", layout=layout)
+            x = wg.from_buffer(buf, shape, "float32")
+            # channels-last made on the device (a WGSL transpose), not by a Python loop over the elements
+            return wg.BACKEND.as_layout(x, "nhwc") if layout == "nhwc" else x
         import numpy as np
 
         a = np.frombuffer(buf, dtype=np.float32).reshape(shape).copy()
@@ -369,7 +367,10 @@ class Explorer(anywidget.AnyWidget):
         if self._task is not None and not self._task.done():
             self._task.cancel()
         if self._dev == "webgpu" and not _can_block():
-            self._task = asyncio.ensure_future(self._run_async())
+            try:
+                self._task = asyncio.ensure_future(self._run_async())
+            except Exception as exc:  # no event loop to run it on
+                self._fail(exc)
             return
         try:
             gen = self._pipeline()
@@ -468,9 +469,9 @@ class Explorer(anywidget.AnyWidget):
         if _layout_of(x) == want:
             return x
         if self._dev == "webgpu":
-            if want == "nchw":
-                return x.copy(order="C")
-            raise _NeedsUpload()
+            import numr_web.webgpu as wg
+
+            return wg.BACKEND.as_layout(x, want)
         np_like = sys.modules["numpy"] if self._dev == "cpu" else __import__("cupy")
         if want == "nchw":
             return np_like.ascontiguousarray(x)
@@ -491,11 +492,7 @@ class Explorer(anywidget.AnyWidget):
         if cached is not None and cached[0] == x_key:
             x = cached[1]
         else:
-            try:
-                x = yield from _as_gen(self._x_host_or_device(shape))
-            except _NeedsUpload:  # a WebGPU x to make channels-last: through its bytes
-                raw = yield self._x_user.astype("float32")
-                x = self._upload(raw, shape, self.layout)
+            x = yield from _as_gen(self._x_host_or_device(shape))
             if dt != "float32":
                 x = x.astype(dt if self._dev == "webgpu" else _np_dtype(dt, self._dev))
             self._cache["x"] = (x_key, x)
@@ -586,10 +583,6 @@ class Explorer(anywidget.AnyWidget):
             self.status = "ok"
 
 
-class _NeedsUpload(Exception):
-    pass
-
-
 def _as_gen(value):
     """``yield from`` either a generator's result or a plain value."""
     if hasattr(value, "send") and hasattr(value, "throw"):
@@ -642,36 +635,6 @@ def _read_bytes(a) -> bytes:
     if device_of(a) == "cuda":
         return a.get().tobytes(order="C")
     return a.tobytes()
-
-
-def _permute(buf, shape, perm):
-    """float32 values in C order of ``shape`` -> the same values in C order of the axes ``perm``."""
-    src = memoryview(buf).cast("B").cast("f")
-    nd = len(shape)
-    strides = [1] * nd
-    for d in range(nd - 2, -1, -1):
-        strides[d] = strides[d + 1] * shape[d + 1]
-    pshape = [shape[p] for p in perm]
-    pstr = [strides[p] for p in perm]
-    out = array.array("f", bytes(4 * len(src)))
-    # the last two permuted axes as an inner loop; the rest by an index walk
-    idx = [0] * nd
-    o = 0
-    total = len(src)
-    while o < total:
-        base = sum(i * s for i, s in zip(idx[:-1], pstr[:-1]))
-        step = pstr[-1]
-        for k in range(pshape[-1]):
-            out[o] = src[base + k * step]
-            o += 1
-        d = nd - 2
-        while d >= 0:
-            idx[d] += 1
-            if idx[d] < pshape[d]:
-                break
-            idx[d] = 0
-            d -= 1
-    return out
 
 
 def decode_results(results, meta) -> dict:
