@@ -331,9 +331,7 @@ class Explorer(anywidget.AnyWidget):
             raise ShapeMismatch(
                 f"{name}: expected shape ({channels},) (one value per channel of x), got {tuple(value.shape)}"
             )
-        if device_of(value) != self._dev:
-            value = numr_web.to_device(value, self._dev)
-        return value.astype("float32") if self._dev == "webgpu" else value.astype(_np_dtype("float32", self._dev))
+        return _float32_on(value, self._dev)
 
     def _upload(self, buf, shape, layout):
         """float32 host values (C order of ``shape``) -> a float32 array of the device in ``layout``."""
@@ -448,9 +446,7 @@ class Explorer(anywidget.AnyWidget):
             return self._upload(buf, shape, self.layout)
         n0 = int(user.shape[0])
         if n == n0:
-            x = user if device_of(user) == self._dev else numr_web.to_device(user, self._dev)
-            x = x.astype("float32") if self._dev == "webgpu" else x.astype(_np_dtype("float32", self._dev))
-            return self._as_layout(x)
+            return self._as_layout(_float32_on(user, self._dev))
         # another batch size: the first samples kept, then the given samples again in turn
         if device_of(user) == "webgpu":
             raw = yield user.astype("float32")
@@ -588,6 +584,13 @@ def _as_gen(value):
     if hasattr(value, "send") and hasattr(value, "throw"):
         return (yield from value)
     return value
+
+
+def _float32_on(a, device):
+    """``a`` as float32 on ``device`` (cast where it is first: WebGPU holds no float64)."""
+    src = device_of(a)
+    a = a.astype("float32") if src == "webgpu" else a.astype(_np_dtype("float32", src))
+    return a if src == device else numr_web.to_device(a, device)
 
 
 def _can_block() -> bool:

@@ -136,6 +136,14 @@ def test_given_device_arrays_and_tensor(device):
     np.testing.assert_array_equal(decoded(e)["x"], x)
 
 
+def test_float64_input_is_rounded_to_float32(device):
+    x = np.random.default_rng(3).standard_normal((2, 4, 5))
+    e = Explorer(x, num_groups=2, weight=np.ones(4), device=device)
+    assert e.status == "ok" and e.dtype == "float32"
+    np.testing.assert_array_equal(decoded(e)["x"], x.astype(np.float32))
+    check_against_numr_web(e)
+
+
 def test_num_groups_change_recomputes(device):
     e = Explorer(device=device, num_groups=32)
     v = e.results_meta["version"]
