@@ -158,6 +158,29 @@ def test_num_groups_change_recomputes(device):
     assert e.results_meta["version"] == v + 1
 
 
+def test_what_is_kept_between_recomputes_never_goes_stale(device):
+    e = Explorer(device=device, num_groups=8)
+    first = decoded(e)
+    steps = [("seed", 1), ("num_groups", 4), ("dtype", "float16"), ("layout", "nhwc"), ("grad_mode", "loss")]
+    steps += [("grad_mode", "ones"), ("offset", 5.0), ("silu", True), ("eps", 0.1)]
+    for name, value in steps:
+        setattr(e, name, value)
+        assert e.status == "ok", (name, e.status)
+        check_against_numr_web(e)
+        fresh = Explorer(
+            device=device, num_groups=e.num_groups, **{k: getattr(e, k) for k in _CONTROLS if k != "num_groups"}
+        )
+        for k, a in decoded(fresh).items():
+            np.testing.assert_array_equal(decoded(e)[k], a, err_msg=f"{k} after {name}={value}")
+    e2 = Explorer(device=device, num_groups=8)
+    for k, a in decoded(e2).items():
+        np.testing.assert_array_equal(a, first[k])
+
+
+_CONTROLS = ("num_groups", "eps", "offset", "scale", "channel_spread", "outlier_channel", "seed", "dtype", "layout")
+_CONTROLS += ("silu", "grad_mode", "batch")
+
+
 def test_batch_keeps_first_samples_gn_stats_not_bn(device):
     e = Explorer(device=device, num_groups=8, channel_spread=1.0)
     before = decoded(e)
