@@ -63,7 +63,7 @@ RECOMPUTE = (
     "outlier_channel",
     "seed",
     "dtype",
-    "layout",
+    "memory_layout",
     "silu",
     "grad_mode",
     "batch",
@@ -205,7 +205,7 @@ class Explorer(anywidget.AnyWidget):
     outlier_channel = traitlets.Int(-1).tag(sync=True)
     seed = traitlets.Int(0).tag(sync=True)
     dtype = traitlets.Unicode("float32").tag(sync=True)
-    layout = traitlets.Unicode("nchw").tag(sync=True)
+    memory_layout = traitlets.Unicode("nchw").tag(sync=True)
     silu = traitlets.Bool(False).tag(sync=True)
     grad_mode = traitlets.Unicode("random").tag(sync=True)
     batch = traitlets.Int(2).tag(sync=True)
@@ -227,7 +227,7 @@ class Explorer(anywidget.AnyWidget):
             raise ValueError(f"eps: expected a non-negative finite number, got {eps!r}")
         if activation is not None and not (isinstance(activation, str) and activation.lower() == "silu"):
             raise ValueError(f"activation: expected None or 'silu', got {activation!r}")
-        for name in ("dtype", "layout", "grad_mode"):
+        for name in ("dtype", "memory_layout", "grad_mode"):
             if name in traits:
                 _check_choice(name, traits[name])
 
@@ -250,7 +250,7 @@ class Explorer(anywidget.AnyWidget):
             if xdt not in ("float16", "bfloat16", "float32", "float64"):
                 raise TypeError(f"x: expected a floating-point dtype (float16, bfloat16, float32), got {xdt}")
             traits.setdefault("dtype", xdt if xdt in DTYPES else "float32")
-            traits.setdefault("layout", _layout_of(x))
+            traits.setdefault("memory_layout", _layout_of(x))
             if "shape" in traits:
                 raise ValueError("shape: give either x or shape (the shape of a generated input), not both")
             dev = device if device is not None else (device_of(x) if not is_ndarray(x) else default_device())
@@ -437,10 +437,10 @@ class Explorer(anywidget.AnyWidget):
             )
         if not 1 <= self.batch <= max(MAX_BATCH, self._base_shape[0]):
             raise ValueError(f"batch: expected 1..{max(MAX_BATCH, self._base_shape[0])}, got {self.batch}")
-        for name in ("dtype", "layout", "grad_mode"):
+        for name in ("dtype", "memory_layout", "grad_mode"):
             _check_choice(name, getattr(self, name))
-        if self.layout == "nhwc" and len(self._base_shape) < 3:
-            raise ValueError("layout: 'nhwc' needs an input with spatial axes (N, C, *spatial)")
+        if self.memory_layout == "nhwc" and len(self._base_shape) < 3:
+            raise ValueError("memory_layout: 'nhwc' needs an input with spatial axes (N, C, *spatial)")
         if self._dev == "webgpu" and self.dtype not in DTYPES:
             raise ValueError(f"dtype: WebGPU holds {', '.join(DTYPES)}")
 
@@ -457,7 +457,7 @@ class Explorer(anywidget.AnyWidget):
                         i, shape[1:], self.offset, self.scale, self.channel_spread, self.outlier_channel, self.seed
                     )
                 )
-            return self._upload(buf, shape, self.layout)
+            return self._upload(buf, shape, self.memory_layout)
         n0 = int(user.shape[0])
         if n == n0:
             return self._as_layout(_float32_on(user, self._dev))
@@ -472,10 +472,10 @@ class Explorer(anywidget.AnyWidget):
         for i in range(n):
             k = i % n0
             out += src[k * per : (k + 1) * per]
-        return self._upload(out, shape, self.layout)
+        return self._upload(out, shape, self.memory_layout)
 
     def _as_layout(self, x):
-        want = self.layout
+        want = self.memory_layout
         if _layout_of(x) == want:
             return x
         if self._dev == "webgpu":
@@ -497,7 +497,16 @@ class Explorer(anywidget.AnyWidget):
         shape = (int(self.batch), *self._base_shape[1:])
         dt = self.dtype
         # x and dy depend on fewer controls than a recompute: kept while those stay (a G change reuses them)
-        x_key = (shape, self.layout, dt, self.offset, self.scale, self.channel_spread, self.outlier_channel, self.seed)
+        x_key = (
+            shape,
+            self.memory_layout,
+            dt,
+            self.offset,
+            self.scale,
+            self.channel_spread,
+            self.outlier_channel,
+            self.seed,
+        )
         cached = self._cache.get("x")
         if cached is not None and cached[0] == x_key:
             x = cached[1]
@@ -515,7 +524,7 @@ class Explorer(anywidget.AnyWidget):
         if mode == "loss":
             dy = y
         else:
-            dy_key = (mode, shape, self.layout, dt, self.seed if mode == "random" else None)
+            dy_key = (mode, shape, self.memory_layout, dt, self.seed if mode == "random" else None)
             cached = self._cache.get("dy")
             if cached is not None and cached[0] == dy_key:
                 dy = cached[1]
@@ -525,7 +534,7 @@ class Explorer(anywidget.AnyWidget):
                 else:
                     gauss = random.Random(self.seed * 1_000_003 + 7_777_777).gauss
                     host = array.array("f", (gauss(0.0, 1.0) for _ in range(math.prod(shape))))
-                dy = self._upload(host, shape, self.layout)
+                dy = self._upload(host, shape, self.memory_layout)
                 if dt != "float32":
                     dy = dy.astype(dt if self._dev == "webgpu" else _np_dtype(dt, self._dev))
                 self._cache["dy"] = (dy_key, dy)
@@ -605,7 +614,14 @@ class Explorer(anywidget.AnyWidget):
         self._version += 1
         with self.hold_sync():
             self.results = blob
-            self.results_meta = {"version": self._version, "arrays": meta}
+            # the controls these results were computed with (a trait may already be ahead of them)
+            self.results_meta = {
+                "version": self._version,
+                "arrays": meta,
+                "eps": float(self.eps),
+                "dtype": str(self.dtype),
+                "silu": bool(self.silu),
+            }
             self.shape = [int(s) for s in last["x"].shape]
             self.status = "ok"
 
@@ -642,7 +658,7 @@ def _check_num_groups_type(num_groups):
 
 
 def _check_choice(name, value):
-    choices = {"dtype": DTYPES, "layout": LAYOUTS, "grad_mode": GRAD_MODES}[name]
+    choices = {"dtype": DTYPES, "memory_layout": LAYOUTS, "grad_mode": GRAD_MODES}[name]
     if value not in choices:
         raise ValueError(f"{name}: expected one of {', '.join(map(repr, choices))}, got {value!r}")
 

@@ -79,10 +79,10 @@ def check_against_numr_web(e):
 CASES = [
     dict(num_groups=32),
     dict(num_groups=4, dtype="float16"),
-    dict(num_groups=8, dtype="bfloat16", layout="nhwc"),
-    dict(num_groups=1, layout="nhwc", silu=True),
+    dict(num_groups=8, dtype="bfloat16", memory_layout="nhwc"),
+    dict(num_groups=1, memory_layout="nhwc", silu=True),
     dict(num_groups=16, silu=True, grad_mode="loss"),
-    dict(num_groups=2, grad_mode="ones", dtype="float16", layout="nhwc"),
+    dict(num_groups=2, grad_mode="ones", dtype="float16", memory_layout="nhwc"),
     dict(num_groups=32, offset=1e3, channel_spread=2.0, outlier_channel=3, grad_mode="loss"),
 ]
 
@@ -112,7 +112,9 @@ def test_given_input(device, dtype, layout):
     x = (3.0 + rng.standard_normal((2, 8, 4, 4))).astype(np.float32)
     w = rng.standard_normal(8).astype(np.float32)
     b = rng.standard_normal(8).astype(np.float32)
-    e = Explorer(x, num_groups=4, weight=w, bias=b, device=device, dtype=dtype, layout=layout, grad_mode="random")
+    e = Explorer(
+        x, num_groups=4, weight=w, bias=b, device=device, dtype=dtype, memory_layout=layout, grad_mode="random"
+    )
     assert e.status == "ok", e.status
     r = check_against_numr_web(e)
     want_x = x.astype(np.float16).astype(np.float32) if dtype == "float16" else x
@@ -131,7 +133,7 @@ def test_given_device_arrays_and_tensor(device):
     x = rng.standard_normal((2, 8, 3, 5)).astype(np.float32)
     xd = numr_web.to_device(numr_web.memory_layout.as_channels_last(x), device)
     e = Explorer(numr_web.Tensor(xd), num_groups=2)
-    assert e._dev == device and e.layout == "nhwc"
+    assert e._dev == device and e.memory_layout == "nhwc"
     check_against_numr_web(e)
     np.testing.assert_array_equal(decoded(e)["x"], x)
 
@@ -161,7 +163,7 @@ def test_num_groups_change_recomputes(device):
 def test_what_is_kept_between_recomputes_never_goes_stale(device):
     e = Explorer(device=device, num_groups=8)
     first = decoded(e)
-    steps = [("seed", 1), ("num_groups", 4), ("dtype", "float16"), ("layout", "nhwc"), ("grad_mode", "loss")]
+    steps = [("seed", 1), ("num_groups", 4), ("dtype", "float16"), ("memory_layout", "nhwc"), ("grad_mode", "loss")]
     steps += [("grad_mode", "ones"), ("offset", 5.0), ("silu", True), ("eps", 0.1)]
     for name, value in steps:
         setattr(e, name, value)
@@ -177,7 +179,17 @@ def test_what_is_kept_between_recomputes_never_goes_stale(device):
         np.testing.assert_array_equal(a, first[k])
 
 
-_CONTROLS = ("num_groups", "eps", "offset", "scale", "channel_spread", "outlier_channel", "seed", "dtype", "layout")
+_CONTROLS = (
+    "num_groups",
+    "eps",
+    "offset",
+    "scale",
+    "channel_spread",
+    "outlier_channel",
+    "seed",
+    "dtype",
+    "memory_layout",
+)
 _CONTROLS += ("silu", "grad_mode", "batch")
 
 
@@ -220,9 +232,10 @@ def test_max_samples_limits_the_tensors_sent():
 
 
 def test_results_layout_is_the_contract():
-    e = Explorer(device="cpu", num_groups=4)
+    e = Explorer(device="cpu", num_groups=4, eps=1e-3, silu=True)
     meta = e.results_meta
-    assert set(meta) == {"version", "arrays"}
+    assert set(meta) == {"version", "arrays", "eps", "dtype", "silu"}
+    assert (meta["eps"], meta["dtype"], meta["silu"]) == (1e-3, "float32", True)
     assert isinstance(e.results, bytes)
     names = {"x", "y", "mean", "rstd", "dy", "dx", "dweight", "dbias", "dx_norm", "dx_sum", "dx_dot_xhat"}
     assert set(meta["arrays"]) == names | {"bn_mean", "bn_var"}
@@ -331,7 +344,7 @@ def test_generated_input_needs_no_numpy_on_webgpu():
         "    return real(name, *a, **k)\n"
         "builtins.__import__ = guard\n"
         "import numr_web\n"
-        "e = numr_web.Explorer(device='webgpu', num_groups=8, dtype='float16', layout='nhwc')\n"
+        "e = numr_web.Explorer(device='webgpu', num_groups=8, dtype='float16', memory_layout='nhwc')\n"
         "assert e.status == 'ok', e.status\n"
         "mean, rstd = e.stats()\n"
         "assert mean.shape == (2, 8)\n"

@@ -97,7 +97,7 @@ def state_for(arrays, **traits):
         "outlier_channel": -1,
         "seed": 0,
         "dtype": "float32",
-        "layout": "nchw",
+        "memory_layout": "nchw",
         "silu": False,
         "grad_mode": "random",
         "batch": x.shape[0],
@@ -305,7 +305,7 @@ def test_controls_send_their_traits(page):
     page.locator('[data-testid="batch"]').press("Tab")
     page.locator('[data-testid="eps-zero"]').check()
     got = sets(page)
-    for want in (["dtype", "bfloat16"], ["layout", "nhwc"], ["grad_mode", "loss"], ["outlier_channel", 3]):
+    for want in (["dtype", "bfloat16"], ["memory_layout", "nhwc"], ["grad_mode", "loss"], ["outlier_channel", 3]):
         assert want in got
     assert ["silu", True] in got and ["batch", 5] in got and ["eps", 0] in got
     # every control has a visible label

@@ -20,7 +20,7 @@ interface Traits {
   outlier_channel: number;
   seed: number;
   dtype: string;
-  layout: string;
+  memory_layout: string;
   silu: boolean;
   grad_mode: string;
   batch: number;
@@ -192,7 +192,7 @@ function render({ model, el }: RenderProps<Traits>): () => void {
   const dtype = select("dtype", [["float32", "float32"], ["float16", "float16"], ["bfloat16", "bfloat16"]]);
   on(dtype, "change", () => send("dtype", dtype.value));
   const layout = select("layout", [["nchw", "NCHW"], ["nhwc", "NHWC (channels-last)"]]);
-  on(layout, "change", () => send("layout", layout.value));
+  on(layout, "change", () => send("memory_layout", layout.value));
   const silu = h("input", { type: "checkbox", "data-testid": "silu" });
   on(silu, "change", () => send("silu", silu.checked));
   const gradMode = select("grad-mode", [["ones", "ones"], ["random", "random"], ["loss", "loss = sum(y²)/2 (dy = y)"]]);
@@ -246,7 +246,7 @@ function render({ model, el }: RenderProps<Traits>): () => void {
     for (let i = 0; i < c; i++) oc.push([String(i), `channel ${i}`]);
     setOptions(outlier, oc, String(model.get("outlier_channel")));
     dtype.value = String(model.get("dtype"));
-    layout.value = String(model.get("layout"));
+    layout.value = String(model.get("memory_layout"));
     silu.checked = Boolean(model.get("silu"));
     gradMode.value = String(model.get("grad_mode"));
     const so: [string, string][] = [];
@@ -689,7 +689,7 @@ function render({ model, el }: RenderProps<Traits>): () => void {
   };
   const onStatus = (): void => drawStatus();
   const onView = (): void => schedule(false);
-  const controlTraits = ["shape", "num_groups", "eps", "offset", "scale", "channel_spread", "outlier_channel", "seed", "dtype", "layout", "silu", "grad_mode", "batch", "sample"];
+  const controlTraits = ["shape", "num_groups", "eps", "offset", "scale", "channel_spread", "outlier_channel", "seed", "dtype", "memory_layout", "silu", "grad_mode", "batch", "sample"];
   const handlers: [string, () => void][] = [
     ["change:results", onResults],
     ["change:results_meta", onResults],
