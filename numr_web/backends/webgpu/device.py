@@ -200,7 +200,7 @@ def grid(workgroups):
 
 # -- the current context ------------------------------------------------------
 
-_state = {"ctx": None, "generation": 0, "transport": None, "options": {}, "error": None}
+_state = {"ctx": None, "generation": 0, "transport": None, "options": {}}
 _lock = threading.Lock()
 
 
@@ -221,7 +221,6 @@ def _drop():
     if ctx is not None:
         ctx.dev.lost = True
     _state["ctx"] = None
-    _state["error"] = None
 
 
 def transport():
