@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import pathlib
 import re
@@ -162,3 +163,18 @@ def test_numpy_floor_refuses_bad_arguments():
     assert out.returncode == 2 and "--runs" in out.stderr
     out = _run("numpy-floor", "--shapes", "2,32")
     assert out.returncode == 2 and "--shapes" in out.stderr
+
+
+def test_bench_ab_summary_takes_medians_and_ranges_per_side(tmp_path):
+    def doc(ratios):
+        runs = [[{"shape": [2, 8, 4, 4], "fwd_of_copy": f, "bwd_of_copy": b}] for f, b in ratios]
+        return json.dumps({"rows": runs[0], "runs": runs})
+
+    (tmp_path / "A-cpu-1.json").write_text(doc([(0.5, 0.2), (0.7, 0.4)]))
+    (tmp_path / "A-cpu-2.json").write_text(doc([(0.9, 0.3)]))
+    (tmp_path / "B-cpu-1.json").write_text(doc([(0.6, 0.1)]))
+    out = _run("bench-ab-summary", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    row = [line for line in out.stdout.splitlines() if line.startswith("| cpu |")]
+    cells = "0.70 (0.50-0.90, n=3) | 0.60 (0.60-0.60, n=1) | 0.30 (0.20-0.40, n=3) | 0.10 (0.10-0.10, n=1)"
+    assert row == [f"| cpu | 2x8x4x4 | {cells} |"], out.stdout
