@@ -56,12 +56,17 @@ def _accumulate(store: dict, keep: dict, t: Tensor, g: Tensor):
     store[key] = g if prev is None else prev + g
 
 
-def run_backward(outputs, grads, *, create_graph=False, inputs=None):
+def run_backward(outputs, grads, *, retain_graph=None, create_graph=False, inputs=None):
     """Propagate ``grads`` from ``outputs``.
 
     With ``inputs`` (a list of Tensors) returns their gradients and leaves
     ``.grad`` alone; otherwise accumulates into every reachable leaf's ``.grad``.
+    Each node checks first that the tensors its backward reads were not changed
+    in place since the forward, and, unless ``retain_graph`` (default:
+    ``create_graph``), releases its saved values after.
     """
+    if retain_graph is None:
+        retain_graph = create_graph
     outputs = list(outputs)
     for o in outputs:
         if not isinstance(o, Tensor):
@@ -85,7 +90,10 @@ def run_backward(outputs, grads, *, create_graph=False, inputs=None):
             if wanted is not None and id(t) in wanted:
                 captured[id(t)] = g
             node = t.grad_fn
+            node.ctx.check(node.name)
             in_grads = node.fn.backward(node.ctx, g)
+            if not retain_graph:
+                node.ctx.release()
             for inp, ig in zip(node.ctx.inputs, in_grads):
                 if ig is None or not isinstance(inp, Tensor) or not inp.requires_grad:
                     continue
@@ -107,12 +115,21 @@ def run_backward(outputs, grads, *, create_graph=False, inputs=None):
     return None
 
 
-def grad(outputs, inputs, grad_outputs=None, create_graph: bool = False, allow_unused: bool = False):
+def grad(
+    outputs,
+    inputs,
+    grad_outputs=None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    allow_unused: bool = False,
+):
     """Gradients of ``outputs`` with respect to ``inputs``, as a list.
 
     ``grad_outputs`` are the upstream gradients (one per output; may be None
     for single-element outputs).  With ``create_graph=True`` the returned
-    Tensors carry a graph, so they can be differentiated again.
+    Tensors carry a graph, so they can be differentiated again.  The graph's
+    saved values are freed unless ``retain_graph=True`` (default:
+    ``create_graph``), as in PyTorch.
     """
     single_out = isinstance(outputs, Tensor)
     outputs = [outputs] if single_out else list(outputs)
@@ -128,7 +145,7 @@ def grad(outputs, inputs, grad_outputs=None, create_graph: bool = False, allow_u
         grad_outputs = [grad_outputs]
     if len(grad_outputs) != len(outputs):
         raise ValueError(f"grad_outputs: expected {len(outputs)} entries (one per output), got {len(grad_outputs)}")
-    found = run_backward(outputs, grad_outputs, create_graph=create_graph, inputs=inputs)
+    found = run_backward(outputs, grad_outputs, retain_graph=retain_graph, create_graph=create_graph, inputs=inputs)
     result = []
     for i, t in enumerate(inputs):
         g = found.get(id(t))

@@ -42,7 +42,15 @@ def enable_grad():
 
 
 class Context:
-    """What a forward leaves for its backward."""
+    """What a forward leaves for its backward.
+
+    Besides the inputs and ``saved`` values, it records the version of every
+    tensor whose values the backward reads (``Function.saved_inputs``, and the
+    output where ``Function.saves_output``): ``check`` raises if an in-place
+    operation changed one since, and after a backward without
+    ``retain_graph`` the saved values are released and ``check`` raises on a
+    second pass (PyTorch's rules).
+    """
 
     def __init__(self, inputs, needs_input_grad):
         #: the positional arguments of ``apply``; Tensors stay Tensors so the
@@ -50,9 +58,43 @@ class Context:
         self.inputs = inputs
         self.needs_input_grad = needs_input_grad
         self.saved = ()
+        self._watched = ()  # (what, tensor's version counter, version at the forward, tensor's description)
+        self._freed = False
 
     def save(self, *values):
         self.saved = values
+
+    def watch(self, fn, args, result):
+        """Record the versions of the tensors ``fn``'s backward will read."""
+        watched = []
+        for i in fn.saved_inputs(self.needs_input_grad):
+            t = args[i]
+            if hasattr(t, "_versions"):
+                watched.append((f"input {i}", t._versions, t._versions[0], _describe(t)))
+        if fn.saves_output:
+            watched.append(("its output", result._versions, result._versions[0], _describe(result)))
+        self._watched = tuple(watched)
+
+    def check(self, name):
+        """Raise if the values this node's backward needs were released or changed in place."""
+        if self._freed and (self._watched or self.saved is None):
+            raise RuntimeError(
+                f"{name}: trying to backward through the graph a second time (or to read its saved values "
+                "after they were freed): backward() and autograd.grad() free them; pass retain_graph=True "
+                "to the first call if you need to backward through the graph again"
+            )
+        for what, counter, version, desc in self._watched:
+            if counter[0] != version:
+                raise RuntimeError(
+                    f"one of the variables needed for gradient computation has been modified by an inplace "
+                    f"operation: [{desc}], {what} of {name}, is at version {counter[0]}; expected version "
+                    f"{version} instead. Make the in-place change after the backward, or on a copy"
+                )
+
+    def release(self):
+        """Free the saved values (after a backward without retain_graph)."""
+        self._freed = True
+        self.saved = None if (self.saved or self._watched) else ()
 
     @property
     def output(self):
@@ -82,9 +124,20 @@ class Node:
         return f"<{self.name} node>"
 
 
+def _describe(t):
+    return f"{t.dtype} Tensor of shape {tuple(t.shape)} on {t.device!r}"
+
+
 class Function:
     #: every Function registers a schema; ``produces_grad=False`` ops record no graph
     schema: OpSchema
+    #: whether the backward reads the output's values (``ctx.output``)
+    saves_output = False
+
+    @staticmethod
+    def saved_inputs(needs_input_grad):
+        """Positions of the inputs whose values the backward reads (default: all of them)."""
+        return range(len(needs_input_grad))
 
     @staticmethod
     def forward(ctx, *args):
@@ -112,4 +165,5 @@ class Function:
             # A weak reference: a backward that needs its own output (sigmoid,
             # rstd) reads it, without the output keeping itself alive.
             ctx.output_ref = weakref.ref(result)
+            ctx.watch(cls, args, result)
         return result

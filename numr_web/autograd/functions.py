@@ -40,6 +40,10 @@ class Add(Function):
     schema = _schema("add")
 
     @staticmethod
+    def saved_inputs(needs):
+        return ()
+
+    @staticmethod
     def forward(ctx, a, b):
         return a + b
 
@@ -53,6 +57,10 @@ class Sub(Function):
     schema = _schema("sub")
 
     @staticmethod
+    def saved_inputs(needs):
+        return ()
+
+    @staticmethod
     def forward(ctx, a, b):
         return a - b
 
@@ -64,6 +72,11 @@ class Sub(Function):
 
 class Mul(Function):
     schema = _schema("mul")
+
+    @staticmethod
+    def saved_inputs(needs):
+        # d/da reads b, d/db reads a
+        return [i for i, need in ((1, needs[0]), (0, needs[1])) if need]
 
     @staticmethod
     def forward(ctx, a, b):
@@ -82,6 +95,11 @@ class Div(Function):
     schema = _schema("div")
 
     @staticmethod
+    def saved_inputs(needs):
+        # d/da reads b; d/db reads a and b
+        return (0, 1) if needs[1] else ((1,) if needs[0] else ())
+
+    @staticmethod
     def forward(ctx, a, b):
         return a / b
 
@@ -95,6 +113,10 @@ class Div(Function):
 
 class Neg(Function):
     schema = _schema("neg")
+
+    @staticmethod
+    def saved_inputs(needs):
+        return ()
 
     @staticmethod
     def forward(ctx, a):
@@ -124,6 +146,10 @@ class Sum(Function):
     schema = _schema("sum")
 
     @staticmethod
+    def saved_inputs(needs):
+        return ()
+
+    @staticmethod
     def forward(ctx, a, axes, keepdims):
         return a.sum(axis=axes, keepdims=keepdims)
 
@@ -136,6 +162,10 @@ class Sum(Function):
 
 class BroadcastTo(Function):
     schema = _schema("broadcast_to")
+
+    @staticmethod
+    def saved_inputs(needs):
+        return ()
 
     @staticmethod
     def forward(ctx, a, like):
@@ -154,6 +184,10 @@ class Reshape(Function):
     schema = _schema("reshape")
 
     @staticmethod
+    def saved_inputs(needs):
+        return ()
+
+    @staticmethod
     def forward(ctx, a, shape):
         return a.reshape(shape)
 
@@ -166,6 +200,10 @@ class Cast(Function):
     schema = _schema("cast")
 
     @staticmethod
+    def saved_inputs(needs):
+        return ()
+
+    @staticmethod
     def forward(ctx, a, dtype):
         return a.astype(dtype)
 
@@ -176,6 +214,11 @@ class Cast(Function):
 
 class Exp(Function):
     schema = _schema("exp")
+    saves_output = True
+
+    @staticmethod
+    def saved_inputs(needs):
+        return ()
 
     @staticmethod
     def forward(ctx, a):
@@ -188,6 +231,11 @@ class Exp(Function):
 
 class Sigmoid(Function):
     schema = _schema("sigmoid")
+    saves_output = True
+
+    @staticmethod
+    def saved_inputs(needs):
+        return ()
 
     @staticmethod
     def forward(ctx, a):

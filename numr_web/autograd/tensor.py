@@ -4,17 +4,50 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator as _ops
+import sys
 
 from numr_web.backends import backend_for, device_of, is_array
 from numr_web.dtypes import dtype_name, is_supported_dtype
-from numr_web.host import is_numpy_scalar, require_numpy
+from numr_web.errors import DeviceMismatch
+from numr_web.host import is_numpy_scalar, loaded_numpy, require_numpy
+
+
+def plain_array(value, name):
+    """``value`` as an array the backends take as it is, or a TypeError naming ``name``.
+
+    NumPy arrays only: a masked array is refused (GroupNorm would ignore its mask), other
+    ndarray subclasses (``np.matrix``, ``np.memmap``) are viewed as plain ndarrays (the same
+    memory, no copy), and a float array in the other byte order is refused with the
+    conversion to use.  Every other value comes back unchanged.
+    """
+    np = loaded_numpy()
+    if np is None or not isinstance(value, np.ndarray):
+        return value
+    if type(value) is not np.ndarray:
+        ma = sys.modules.get("numpy.ma")
+        if ma is not None and isinstance(value, ma.MaskedArray):
+            raise TypeError(
+                f"{name}: masked arrays (numpy.ma) are not supported: GroupNorm would ignore the mask; "
+                f"pass {name}.filled(fill_value) to choose the masked entries' values, or {name}.data for the "
+                "values as they are"
+            )
+        value = value.view(np.ndarray)
+    if not value.dtype.isnative and value.dtype.kind == "f":
+        order = "big" if value.dtype.byteorder == ">" else "little"
+        raise TypeError(
+            f"{name}: expected an array in this machine's byte order ({sys.byteorder}-endian), got a "
+            f"{order}-endian {value.dtype.name} array; convert it with "
+            f"{name}.astype({name}.dtype.newbyteorder('='))"
+        )
+    return value
 
 
 def _as_array(value):
     if isinstance(value, Tensor):
         return value.data
     if is_array(value):
-        return value
+        return plain_array(value, "array")
     if isinstance(value, (numbers.Number, list, tuple)) or is_numpy_scalar(value):
         return require_numpy("a Tensor of a list or a number").asarray(value)
     raise TypeError(f"Tensor: expected a NumPy, CuPy or WebGPU array (or a number or list), got {type(value).__name__}")
@@ -26,6 +59,17 @@ class Tensor:
     ``requires_grad=True`` makes it a leaf whose ``.grad`` is filled by
     ``backward``.  Arithmetic (``+ - * /``, unary minus, ``**`` with a number),
     ``sum``, ``mean`` and ``reshape`` are differentiable to any order.
+
+    In-place operations (``add_``, ``sub_``, ``mul_``, ``div_``, ``copy_``,
+    ``fill_``, ``zero_``) change the values and bump the tensor's version
+    (``_version``), as in PyTorch: a backward that needs a tensor saved at an
+    older version raises instead of returning a wrong gradient.  They are not
+    recorded for autograd, so they run on tensors that do not require grad, or
+    under ``no_grad()`` (a parameter update).  ``a += b`` (and ``-= *= /=``) is
+    one of them where nothing records; on a tensor inside a graph it binds the
+    out-of-place result to ``a``.  Writing to the array itself
+    (``t.data[...] = v``, or assigning ``t.data``) is not tracked, as with
+    PyTorch's ``.data``.
     """
 
     __array_priority__ = 1000  # NumPy defers ``ndarray op Tensor`` to us
@@ -38,6 +82,9 @@ class Tensor:
         self.requires_grad = bool(requires_grad)
         self.grad: Tensor | None = None
         self.grad_fn = None
+        #: the version counter, one list shared by the tensors that view the same values
+        #: (``detach``, ``reshape``): an in-place operation on any of them bumps it
+        self._versions = [0]
 
     # -- metadata ------------------------------------------------------------
     shape = property(lambda self: tuple(self.data.shape))
@@ -45,6 +92,11 @@ class Tensor:
     ndim = property(lambda self: len(self.data.shape))
     size = property(lambda self: math.prod(int(n) for n in self.data.shape))
     device = property(lambda self: device_of(self.data))
+
+    @property
+    def _version(self) -> int:
+        """How many in-place operations changed these values (PyTorch's ``_version``)."""
+        return self._versions[0]
 
     @property
     def is_leaf(self) -> bool:
@@ -81,7 +133,10 @@ class Tensor:
         return self.numpy().item()
 
     def detach(self) -> Tensor:
-        return Tensor(self.data)
+        """The same values without the graph (it shares this tensor's version counter)."""
+        out = Tensor(self.data)
+        out._versions = self._versions
+        return out
 
     def requires_grad_(self, mode: bool = True) -> Tensor:
         if not self.is_leaf:
@@ -93,40 +148,116 @@ class Tensor:
         self.grad = None
 
     # -- autograd ------------------------------------------------------------
-    def backward(self, grad=None, *, create_graph: bool = False) -> None:
+    def backward(self, grad=None, *, retain_graph: bool | None = None, create_graph: bool = False) -> None:
         """Accumulate d(self)/d(leaf) into every leaf's ``.grad``.
 
         ``grad`` (an array or a Tensor of this shape) is the upstream gradient;
-        it may be omitted for a single-element tensor.
+        it may be omitted for a single-element tensor.  The graph's saved values
+        are freed afterwards unless ``retain_graph=True`` (default:
+        ``create_graph``); a second backward through a freed graph raises.
         """
         from numr_web.autograd.engine import run_backward
 
-        run_backward([self], [grad], create_graph=create_graph)
+        run_backward([self], [grad], retain_graph=retain_graph, create_graph=create_graph)
+
+    # -- in-place operations (tracked by the version counter, not recorded) -------
+    def _inplace(self, what, other, op):
+        from numr_web.autograd.function import is_grad_enabled
+
+        if is_grad_enabled() and (self.requires_grad or (isinstance(other, Tensor) and other.requires_grad)):
+            if self.is_leaf and self.requires_grad:
+                raise RuntimeError(
+                    f"{what}: a leaf Tensor that requires grad is being used in an in-place operation; "
+                    "do it under numr_web.autograd.no_grad() (a parameter update), or use the out-of-place form"
+                )
+            raise RuntimeError(
+                f"{what}: in-place operations are not recorded for autograd; use the out-of-place form "
+                "(a + b instead of a += b), or do it under numr_web.autograd.no_grad()"
+            )
+        value = other
+        if isinstance(other, Tensor):
+            _check_devices(what, self, other)
+            value = other.data
+        elif not (isinstance(other, numbers.Real) and not isinstance(other, bool)):
+            value = _as_array(other)
+            _check_devices(what, self, Tensor(value))
+        if self.backend.xp is not None:
+            op(self.data, value)  # NumPy, CuPy: the array itself changes (views see it)
+        else:
+            self.data = _replace(self.data, value, what, op)
+        self._versions[0] += 1
+        return self
+
+    def add_(self, other):
+        return self._inplace("add_", other, _ops.iadd)
+
+    def sub_(self, other):
+        return self._inplace("sub_", other, _ops.isub)
+
+    def mul_(self, other):
+        return self._inplace("mul_", other, _ops.imul)
+
+    def div_(self, other):
+        return self._inplace("div_", other, _ops.itruediv)
+
+    def copy_(self, other):
+        return self._inplace("copy_", other, _assign)
+
+    def fill_(self, value):
+        if not isinstance(value, numbers.Real) or isinstance(value, bool):
+            raise TypeError(f"fill_: expected a real number, got {type(value).__name__}")
+        return self._inplace("fill_", float(value), _assign)
+
+    def zero_(self):
+        return self.fill_(0.0)
+
+    # ``a += b``: in place where nothing records (PyTorch's rule for a leaf that requires grad
+    # too); on a tensor inside a graph, the out-of-place result is bound to the name instead
+    # (PyTorch would record an in-place node; the values and gradients are the same)
+    def _augmented(self, other, inplace, out_of_place):
+        from numr_web.autograd.function import is_grad_enabled
+
+        recording = is_grad_enabled() and (self.requires_grad or (isinstance(other, Tensor) and other.requires_grad))
+        if recording and not (self.is_leaf and self.requires_grad):
+            return out_of_place(self, other)
+        return inplace(self, other)
+
+    def __iadd__(self, other):
+        return self._augmented(other, Tensor.add_, Tensor.__add__)
+
+    def __isub__(self, other):
+        return self._augmented(other, Tensor.sub_, Tensor.__sub__)
+
+    def __imul__(self, other):
+        return self._augmented(other, Tensor.mul_, Tensor.__mul__)
+
+    def __itruediv__(self, other):
+        return self._augmented(other, Tensor.div_, Tensor.__truediv__)
 
     # -- arithmetic ----------------------------------------------------------
     def __add__(self, other):
-        return _fn().Add.apply(self, _wrap(other, self))
+        return _fn().Add.apply(*_operands("+", self, _wrap(other, self)))
 
     def __radd__(self, other):
-        return _fn().Add.apply(_wrap(other, self), self)
+        return _fn().Add.apply(*_operands("+", _wrap(other, self), self))
 
     def __sub__(self, other):
-        return _fn().Sub.apply(self, _wrap(other, self))
+        return _fn().Sub.apply(*_operands("-", self, _wrap(other, self)))
 
     def __rsub__(self, other):
-        return _fn().Sub.apply(_wrap(other, self), self)
+        return _fn().Sub.apply(*_operands("-", _wrap(other, self), self))
 
     def __mul__(self, other):
-        return _fn().Mul.apply(self, _wrap(other, self))
+        return _fn().Mul.apply(*_operands("*", self, _wrap(other, self)))
 
     def __rmul__(self, other):
-        return _fn().Mul.apply(_wrap(other, self), self)
+        return _fn().Mul.apply(*_operands("*", _wrap(other, self), self))
 
     def __truediv__(self, other):
-        return _fn().Div.apply(self, _wrap(other, self))
+        return _fn().Div.apply(*_operands("/", self, _wrap(other, self)))
 
     def __rtruediv__(self, other):
-        return _fn().Div.apply(_wrap(other, self), self)
+        return _fn().Div.apply(*_operands("/", _wrap(other, self), self))
 
     def __neg__(self):
         return _fn().Neg.apply(self)
@@ -152,7 +283,9 @@ class Tensor:
     def reshape(self, *shape):
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
-        return _fn().Reshape.apply(self, tuple(int(s) for s in shape))
+        out = _fn().Reshape.apply(self, tuple(int(s) for s in shape))
+        out._versions = self._versions  # a view of the same values (a copy only errs on the safe side)
+        return out
 
     def astype(self, dtype):
         if dtype_name(dtype) == dtype_name(self.dtype):
@@ -170,6 +303,46 @@ def _fn():
     from numr_web.autograd import functions
 
     return functions
+
+
+def _check_devices(what, a: Tensor, b: Tensor):
+    """DeviceMismatch when two tensor operands live on different devices (a 0-d host array is a
+    number and goes anywhere, as a 0-dim CPU tensor does in PyTorch)."""
+    if type(a.data) is type(b.data):
+        return
+    da, db = device_of(a.data), device_of(b.data)
+    if da == db:
+        return
+    if (da == "cpu" and a.ndim == 0) or (db == "cpu" and b.ndim == 0):
+        return
+    raise DeviceMismatch(
+        f"{what}: operands on different devices: {da!r} (shape {a.shape}) and {db!r} (shape {b.shape}); "
+        "move one with numr_web.to_device"
+    )
+
+
+def _operands(what, a, b):
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        _check_devices(f"a {what} b", a, b)
+    return a, b
+
+
+def _assign(dst, value):
+    """``dst[...] = value`` (the in-place form of copy_ and fill_)."""
+    dst[...] = value
+    return dst
+
+
+def _replace(data, value, what, op):
+    """The new array for an in-place operation on a backend without in-place kernels (WebGPU)."""
+    be = backend_for(data)
+    if op is _assign:
+        out = be.full_like(data, value) if isinstance(value, float) else be.full_like(data, 0.0) + value
+    else:
+        out = op(data, value)  # the WebGPU array has no __iadd__...: Python falls back to a + b
+    if tuple(out.shape) != tuple(data.shape):
+        raise ValueError(f"{what}: the result has shape {tuple(out.shape)}, not the tensor's {tuple(data.shape)}")
+    return out if dtype_name(out.dtype) == dtype_name(data.dtype) else out.astype(data.dtype)
 
 
 def _wrap(value, like: Tensor):

@@ -40,6 +40,10 @@ class GroupMean(Function):
     schema = schema_of("group_norm_saved_mean")
 
     @staticmethod
+    def saved_inputs(needs):
+        return ()  # only x's shape
+
+    @staticmethod
     def forward(ctx, x4, saved_mean):
         return saved_mean
 
@@ -54,6 +58,11 @@ class GroupRstd(Function):
     """The saved per-group 1/sqrt(var + eps) as a function of x (and of the mean node)."""
 
     schema = schema_of("group_norm_saved_rstd")
+    saves_output = True
+
+    @staticmethod
+    def saved_inputs(needs):
+        return (0, 1)
 
     @staticmethod
     def forward(ctx, x4, mean_t, saved_rstd):

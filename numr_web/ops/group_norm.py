@@ -12,7 +12,7 @@ import math
 import numbers
 
 from numr_web.autograd.function import Function, is_grad_enabled
-from numr_web.autograd.tensor import Tensor
+from numr_web.autograd.tensor import Tensor, plain_array
 from numr_web.backends import backend_for, device_of, is_array
 from numr_web.dtypes import dtype_name, is_supported_dtype
 from numr_web.errors import DeviceMismatch, ShapeMismatch
@@ -52,6 +52,7 @@ def _array(value, name, *, optional=False):
         raise TypeError(f"{name}: expected an array, got None")
     if isinstance(value, Tensor):
         value = value.data
+    value = plain_array(value, name)  # np.matrix -> ndarray; masked or byte-swapped arrays refused
     if not is_array(value):
         if isinstance(value, (list, tuple, numbers.Number)) or is_numpy_scalar(value):
             value = require_numpy(f"{name} given as a list or a number").asarray(value)
@@ -195,7 +196,9 @@ def group_norm_backward(dy, x, mean, rstd, weight, num_groups, *, bias=None, act
 
     ``dweight``/``dbias`` are ``None`` when ``weight`` is ``None``.  With
     ``activation="silu"`` pass the forward's ``bias`` too: the pre-activation
-    is recomputed from x, mean, rstd, weight and bias.
+    is recomputed from x, mean, rstd, weight and bias, and a missing ``bias``
+    counts as zero (right for a forward without one; for a forward with a
+    bias, leaving it out gives the gradient of a different function).
     """
     dy, x, mean, rstd, weight, bias, num_groups, activation = validate_backward(
         dy, x, mean, rstd, weight, bias, num_groups, activation

@@ -191,6 +191,16 @@ class WebGPUArray:
     def __float__(self):
         return float(self.item())
 
+    def __array__(self, dtype=None, copy=None):
+        # Like CuPy (TypeError naming .get()) and PyTorch (TypeError naming .cpu()): a device
+        # array never turns into a host array implicitly.  The read-back is explicit and may
+        # not block at all in a browser, where it has an awaitable form.
+        raise TypeError(
+            "a WebGPU array does not convert to a NumPy array implicitly (np.asarray, np.array): read it "
+            "back explicitly with numr_web.to_numpy(array) or array.get() (await array.get_async() where "
+            "the browser cannot block)"
+        )
+
     # -- arithmetic (all on the device) ------------------------------------------
     def _bin(self, other, code, rcode=None, reflected=False):
         from numr_web.backends.webgpu import array_kernels
@@ -199,6 +209,12 @@ class WebGPUArray:
             return array_kernels.binary(other, self, code) if reflected else array_kernels.binary(self, other, code)
         if _is_scalar(other) or (is_ndarray(other) and other.ndim == 0):
             return array_kernels.scalar_op(self, float(other), rcode if reflected else code)
+        if is_ndarray(other):
+            # a TypeError, as for any operands that do not mix (no silent copy to or from the host)
+            raise TypeError(
+                f"{code}: a WebGPU array of shape {self.shape} and a NumPy array of shape {tuple(other.shape)} "
+                "live on different devices; move one with numr_web.to_device"
+            )
         return NotImplemented
 
     def __add__(self, o):
