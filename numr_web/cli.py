@@ -1,4 +1,4 @@
-"""``numr-web``: info, demo, bench and warmup."""
+"""``numr-web``: info, demo, bench, warmup and site."""
 
 from __future__ import annotations
 
@@ -89,6 +89,15 @@ def _cmd_warmup(args) -> int:
     return 0
 
 
+def _cmd_site(args) -> int:
+    from numr_web import site
+
+    if args.action == "build":
+        site.build(args.output)
+        return 0
+    return site.serve(args.output, args.port)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="numr-web", description="GroupNorm on NumPy, CUDA and WebGPU")
     sub = p.add_subparsers(dest="command", required=True)
@@ -135,6 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     w.add_argument("--layout", default="both", choices=["nchw", "nhwc", "both"])
     w.set_defaults(fn=_cmd_warmup)
+
+    s = sub.add_parser("site", help="the playground: a JupyterLite site with the notebooks (build, or serve locally)")
+    s.add_argument("action", choices=["build", "serve"], help="build the site, or serve it (building it when stale)")
+    s.add_argument("--output", default="build/site", metavar="DIR", help="the site's folder (default build/site)")
+    s.add_argument("--port", default="8000", help="serve: the port on 127.0.0.1 (default 8000; 0 picks a free one)")
+    s.set_defaults(fn=_cmd_site)
     return p
 
 
