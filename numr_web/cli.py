@@ -49,6 +49,77 @@ def _cmd_bench(args) -> int:
     return run_bench(args)
 
 
+# -- argument types: a bad value is one argparse error line naming the flag (exit 2), before any work
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _count(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of processes (0 or more), got {text!r}")
+    return value
+
+
+#: the demo's sample tensor has this many channels
+DEMO_CHANNELS = 6
+
+
+def _demo_groups(text):
+    divisors = [g for g in range(1, DEMO_CHANNELS + 1) if DEMO_CHANNELS % g == 0]
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value not in divisors:
+        choices = ", ".join(map(str, divisors[:-1])) + f" or {divisors[-1]}"
+        raise argparse.ArgumentTypeError(
+            f"expected a number of groups dividing the demo's {DEMO_CHANNELS} channels ({choices}), got {text!r}"
+        )
+    return value
+
+
+def _shapes(text):
+    from numr_web.bench.runner import parse_shapes
+
+    try:
+        shapes = parse_shapes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--shapes: ")) from None
+    return text if shapes else None
+
+
+def _json_path(text):
+    folder = os.path.dirname(os.path.abspath(text)) or "."
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"expected a file to write, got the folder {text!r}")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"expected a file in an existing folder, but {folder!r} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"expected a file in a writable folder, but {folder!r} is not writable")
+    return text
+
+
+def _check_bench(parser, args):
+    """Checks that need more than one flag's value or the environment (parser.error: exit 2)."""
+    if args.compare == "torch":
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:
+            parser.error("argument --compare: torch is not installed here (pip install torch), or leave --compare out")
+
+
 #: (N, C, H, W, G) calls that reach every fused CPU kernel family: many groups (one work
 #: item per group), few groups (spatial pieces), and groups past the piece limit
 WARMUP_SHAPES = [(2, 64, 4, 4, 32), (1, 4, 4, 4, 1), (1, 8, 512, 256, 2)]
@@ -106,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="per-group statistics and gradients of a sample tensor")
     d.add_argument("--device", default="cpu", help="cpu, cuda or webgpu (default cpu)")
-    d.add_argument("--groups", type=int, default=3)
+    d.add_argument("--groups", type=_demo_groups, default=3, help="groups of the 6 channels: 1, 2, 3 or 6 (default 3)")
     d.add_argument("--seed", type=int, default=0)
     d.set_defaults(fn=_cmd_demo)
 
@@ -120,19 +191,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--dtype", default="float32", choices=["float16", "bfloat16", "float32", "float64"])
     b.add_argument("--layout", default="nchw", choices=["nchw", "nhwc"])
-    b.add_argument("--repeat", type=int, default=15, help="interleaved samples per shape (medians are reported)")
-    b.add_argument("--shapes", default=None, help="semicolon-separated N,C,H,W,G (default: the standard bench shapes)")
+    b.add_argument(
+        "--repeat", type=_positive_int, default=15, help="interleaved samples per shape (medians are reported)"
+    )
+    b.add_argument(
+        "--shapes",
+        type=_shapes,
+        default=None,
+        help="semicolon-separated N,C,H,W,G (default: the standard bench shapes)",
+    )
     b.add_argument(
         "--runs",
-        type=int,
+        type=_positive_int,
         default=1,
         help="measure every shape this many times, one pass over the shapes after another, "
         "and report each ratio's range (the table shows the first run)",
     )
     b.add_argument("--quick", action="store_true", help="3 samples and the two smallest shapes")
     b.add_argument("--compare", choices=["torch"], default=None, help="time torch side by side")
-    b.add_argument("--threads", type=int, default=None, help="torch/Numba threads (default: all cores)")
-    b.add_argument("--json", default=None, metavar="PATH", help="write the rows as JSON")
+    b.add_argument(
+        "--threads", type=_positive_int, default=None, help="torch/Numba threads, 1 or more (default: all cores)"
+    )
+    b.add_argument("--json", type=_json_path, default=None, metavar="PATH", help="write the rows as JSON")
+    b.add_argument(
+        "--contend",
+        type=_count,
+        default=0,
+        metavar="K",
+        help="start K busy-loop processes before timing and stop them after: a busy machine (default 0)",
+    )
     b.set_defaults(fn=_cmd_bench)
 
     w = sub.add_parser("warmup", help="compile the fused CPU kernels now (first calls otherwise wait for it)")
@@ -156,7 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     from numr_web.errors import BackendUnavailable
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "bench":
+        _check_bench(parser, args)
     try:
         return int(args.fn(args) or 0)
     except (ValueError, BackendUnavailable) as exc:

@@ -124,3 +124,36 @@ def test_warmup_fills_the_kernel_cache_for_later_processes(tmp_path):
     assert "float32   nchw" in warm.stdout and "float32   nhwc" in warm.stdout
     later = subprocess.run([sys.executable, "-c", COUNT_COMPILES], capture_output=True, text=True, timeout=900, env=env)
     assert later.returncode == 0, f"kernels compiled after the warm-up: {later.stdout}{later.stderr}"
+
+
+# -- bad flags: one argparse line naming the flag and what it takes, exit 2, before any work (issue 16)
+BAD_FLAGS = [
+    (("bench", "--json", "/missing/dir/x.json"), "--json", "does not exist"),
+    (("demo", "--groups", "0"), "--groups", "1, 2, 3 or 6"),
+    (("demo", "--groups", "4"), "--groups", "1, 2, 3 or 6"),
+    (("bench", "--threads", "-1"), "--threads", "positive integer"),
+    (("bench", "--threads", "0"), "--threads", "positive integer"),
+    (("bench", "--shapes", "garbage"), "--shapes", "N,C,...,G"),
+    (("bench", "--shapes", "2,6,4,4,4"), "--shapes", "must divide"),
+    (("bench", "--contend", "-1"), "--contend", "0 or more"),
+]
+
+
+@pytest.mark.parametrize("argv,flag,what", BAD_FLAGS, ids=[" ".join(a) for a, _, _ in BAD_FLAGS])
+def test_bad_flag_is_one_line_naming_it(argv, flag, what):
+    out = run(*argv, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert out.stdout == ""  # nothing ran
+    errors = [ln for ln in out.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and f"argument {flag}:" in errors[0] and what in errors[0], out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_bench_compare_torch_without_torch_is_one_line():
+    code = "import sys; sys.modules['torch'] = None; from numr_web.cli import main; sys.exit(main(sys.argv[1:]))"
+    argv = [sys.executable, "-c", code, "bench", "--quick", "--compare", "torch"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stdout == "", out.stderr
+    errors = [ln for ln in out.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and "argument --compare: torch is not installed" in errors[0]
+    assert "Traceback" not in out.stderr

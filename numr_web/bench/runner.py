@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 
+from numr_web.bench.contend import BusyLoops
 from numr_web.bench.copies import copy_yardstick
 from numr_web.bench.timing import median_ratio, plan_samples, run_rounds, timer_for
 from numr_web.bench.torch_side import TorchSide
@@ -40,14 +41,28 @@ BENCH_SHAPES = [
 
 
 def parse_shapes(text):
+    """``"N,C,H,W,G;..."`` (``x`` works as a separator too) as (N, C, *spatial, G) tuples; ValueError
+    naming ``--shapes`` for anything else (default: the standard shapes)."""
     if not text:
         return list(BENCH_SHAPES)
     shapes = []
     for part in text.split(";"):
-        nums = tuple(int(v) for v in part.replace("x", ",").split(",") if v.strip())
-        if len(nums) < 3:
-            raise ValueError(f"--shapes: expected N,C,...,G per shape, got {part!r}")
+        if not part.strip():
+            continue
+        try:
+            nums = tuple(int(v) for v in part.replace("x", ",").split(",") if v.strip())
+        except ValueError:
+            nums = ()
+        if len(nums) < 3 or min(nums) < 1:
+            raise ValueError(
+                f"--shapes: expected positive integers N,C,...,G per shape, shapes separated by ';' "
+                f"(e.g. 2,320,64,64,32), got {part.strip()!r}"
+            )
+        if nums[1] % nums[-1]:
+            raise ValueError(f"--shapes: the group count G={nums[-1]} must divide C={nums[1]} in {part.strip()!r}")
         shapes.append(nums)
+    if not shapes:
+        raise ValueError(f"--shapes: expected at least one shape N,C,...,G, got {text!r}")
     return shapes
 
 
@@ -70,7 +85,8 @@ def run_bench(args) -> int:
         shapes = sorted(shapes, key=lambda s: math.prod(s[:-1]))[:2]
         repeat = min(repeat, 3)
     if args.threads:
-        os.environ.setdefault("NUMBA_NUM_THREADS", str(args.threads))
+        os.environ["NUMBA_NUM_THREADS"] = str(args.threads)  # before Numba loads (the CLI re-execs first)
+    contend = getattr(args, "contend", 0) or 0
     get_backend("cpu").path = args.cpu_path
     device = args.backend
     be = get_backend(device)
@@ -89,9 +105,14 @@ def run_bench(args) -> int:
     if torch_side is not None:
         header.append(f"compared with {torch_side.version()}")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    if contend:
+        header.append(
+            f"contended: {contend} busy-loop processes run while timing (--contend {contend}); "
+            f"{len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores usable"
+        )
     if load is not None:
         header.append(f"1-minute load average at start: {load:.2f}")
-        if load > 1.0:
+        if load > 1.0 and not contend:
             header.append(
                 "warning: other processes are busy; parallel timings (ours and torch's) inflate "
                 "and ratios drift -- rerun on an idle machine"
@@ -102,15 +123,24 @@ def run_bench(args) -> int:
     rng = np.random.default_rng(0)
     cases = [_prepare(shape, args, be, device, dt, torch_side, rng) for shape in shapes]
     runs = []
-    for run in range(args.runs):
-        rows = []
-        label = f"run {run + 1}/{args.runs}, " if args.runs > 1 else ""
-        for si, case in enumerate(cases):
-            _progress(f"[{label}{si + 1}/{len(cases)}] shape {tuple(case['dims'])} G={case['groups']} ...")
-            row = _measure(case, repeat, args, be, device, torch_side)
-            rows.append(row)
-            _progress("    " + _format_row(row, torch_side is not None))
-        runs.append(rows)
+    with BusyLoops(contend) as loops:  # stopped on leaving, on an error or Ctrl-C too
+        if contend:
+            _progress(f"started {contend} busy-loop processes: pids {' '.join(map(str, loops.pids))}")
+        for run in range(args.runs):
+            rows = []
+            label = f"run {run + 1}/{args.runs}, " if args.runs > 1 else ""
+            for si, case in enumerate(cases):
+                _progress(f"[{label}{si + 1}/{len(cases)}] shape {tuple(case['dims'])} G={case['groups']} ...")
+                row = _measure(case, repeat, args, be, device, torch_side)
+                row["contend"] = contend
+                rows.append(row)
+                _progress("    " + _format_row(row, torch_side is not None))
+            runs.append(rows)
+        if load is not None:
+            header.append(f"1-minute load average at the end: {os.getloadavg()[0]:.2f}")
+            print(header[-1])
+    if contend:
+        _progress(f"stopped the {contend} busy-loop processes")
 
     print(_table(runs[0], torch_side is not None))
     ranges = _ranges(runs, torch_side is not None) if len(runs) > 1 else None
