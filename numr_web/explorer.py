@@ -84,14 +84,24 @@ RESULTS = (
     "dx_dot_xhat",
     "bn_mean",
     "bn_var",
+    "weight",
+    "bias",
 )
 DTYPES = ("float32", "float16", "bfloat16")
 LAYOUTS = ("nchw", "nhwc")
-GRAD_MODES = ("ones", "random", "loss")
+GRAD_MODES = ("ones", "random", "loss", "painted")
 DEFAULT_SHAPE = (2, 32, 16, 16)
 MAX_BATCH = 16
 #: elements per tensor (x, y, dy, dx) sent when ``max_samples`` is 0 (auto): 256 KiB of float32
 SAMPLE_BUDGET = 1 << 16
+
+
+def _bytes_from_json(value, widget):
+    """A Bytes trait set by the front-end: ipywidgets hands the kernel a memoryview of the binary buffer,
+    which a plain ``traitlets.Bytes`` refuses (and the change would be lost without a word)."""
+    if value is None:
+        return b""
+    return bytes(value)
 
 
 def _in_pyodide() -> bool:
@@ -211,6 +221,11 @@ class Explorer(anywidget.AnyWidget):
     batch = traitlets.Int(2).tag(sync=True)
     sample = traitlets.Int(0).tag(sync=True)
     selected = traitlets.List(traitlets.Int(), default_value=[0, 0]).tag(sync=True)
+    #: the element of the selected group that the worked example follows: [channel, spatial position]
+    element = traitlets.List(traitlets.Int(), default_value=[0, 0]).tag(sync=True)
+    #: grad_mode "painted": dy for every sample, float32 little-endian (C, *spatial) in C order, painted on
+    #: the output image by the front-end and sent as binary (empty: dy = 0)
+    dy_paint = traitlets.Bytes(b"").tag(sync=True, from_json=_bytes_from_json)
     #: how many samples of x/y/dy/dx travel (the statistics are always whole); 0: as many as fit in
     #: SAMPLE_BUDGET elements per tensor, at least one (each MiB sent costs tens of ms in JupyterLab)
     max_samples = traitlets.Int(0).tag(sync=True)
@@ -369,6 +384,11 @@ class Explorer(anywidget.AnyWidget):
         if self._ready:
             self._recompute()
 
+    @traitlets.observe("dy_paint")
+    def _on_paint(self, change):
+        if self._ready and self.grad_mode == "painted":
+            self._recompute()
+
     def _recompute(self):
         try:
             self._check_controls()
@@ -441,6 +461,13 @@ class Explorer(anywidget.AnyWidget):
             _check_choice(name, getattr(self, name))
         if self.memory_layout == "nhwc" and len(self._base_shape) < 3:
             raise ValueError("memory_layout: 'nhwc' needs an input with spatial axes (N, C, *spatial)")
+        if self.grad_mode == "painted" and self.dy_paint:
+            per_sample = math.prod(self._base_shape[1:])
+            if len(self.dy_paint) != 4 * per_sample:
+                raise ValueError(
+                    f"dy_paint: expected {4 * per_sample} bytes (float32 of shape {tuple(self._base_shape[1:])}), "
+                    f"got {len(self.dy_paint)}"
+                )
         if self._dev == "webgpu" and self.dtype not in DTYPES:
             raise ValueError(f"dtype: WebGPU holds {', '.join(DTYPES)}")
 
@@ -524,13 +551,23 @@ class Explorer(anywidget.AnyWidget):
         if mode == "loss":
             dy = y
         else:
-            dy_key = (mode, shape, self.memory_layout, dt, self.seed if mode == "random" else None)
+            detail = self.seed if mode == "random" else bytes(self.dy_paint) if mode == "painted" else None
+            dy_key = (mode, shape, self.memory_layout, dt, detail)
             cached = self._cache.get("dy")
             if cached is not None and cached[0] == dy_key:
                 dy = cached[1]
             else:
                 if mode == "ones":
                     host = array.array("f", [1.0]) * math.prod(shape)
+                elif mode == "painted":
+                    host = array.array("f")
+                    if self.dy_paint:
+                        host.frombytes(self.dy_paint)
+                        if sys.byteorder != "little":
+                            host.byteswap()
+                    else:
+                        host = array.array("f", [0.0]) * math.prod(shape[1:])
+                    host = host * shape[0]
                 else:
                     gauss = random.Random(self.seed * 1_000_003 + 7_777_777).gauss
                     host = array.array("f", (gauss(0.0, 1.0) for _ in range(math.prod(shape))))
@@ -570,6 +607,11 @@ class Explorer(anywidget.AnyWidget):
             for name, a in (("x", x32), ("bn_mean", bn_mean), ("bn_var", (centred * centred).mean(axis=(0, 2)))):
                 parts[name] = yield from self._read(a)
             self._cache["x_parts"] = (x_key, {k: parts[k] for k in ("x", "bn_mean", "bn_var")})
+        if "affine" not in self._cache:  # weight and bias never change: read once
+            w_part = yield from self._read(w)
+            b_part = yield from self._read(b)
+            self._cache["affine"] = {"weight": w_part, "bias": b_part}
+        parts.update(self._cache["affine"])
         cached = self._cache.get("dy_parts")
         if dy_key is not None and cached is not None and cached[0] == (dy_key, x_key):
             parts["dy"] = cached[1]

@@ -376,3 +376,43 @@ def test_default_device_is_the_fastest_present():
         warnings.simplefilter("error")
         e = Explorer(num_groups=8)
     assert e.device.startswith(dev)
+
+
+def test_results_carry_the_weight_and_bias_the_kernel_used(device):
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 8, 3, 3)).astype(np.float32)
+    w, b = rng.standard_normal(8).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    r = decoded(Explorer(x, num_groups=4, weight=w, bias=b, device=device))
+    np.testing.assert_array_equal(r["weight"], w)
+    np.testing.assert_array_equal(r["bias"], b)
+    r = decoded(Explorer(x, num_groups=4, device=device))
+    np.testing.assert_array_equal(r["weight"], np.ones(8, np.float32))
+    np.testing.assert_array_equal(r["bias"], np.zeros(8, np.float32))
+
+
+def test_painted_dy_arrives_as_binary_from_the_front_end(device):
+    """The front-end sends ``dy_paint`` as a binary buffer; ipywidgets hands the kernel a memoryview of it
+    (``set_state`` is the path a comm message takes), which the trait must take, not drop."""
+    e = Explorer(shape=(3, 8, 4, 5), num_groups=4, device=device, grad_mode="painted")
+    assert e.status == "ok", e.status
+    assert not decoded(e)["dy"].any()  # nothing painted yet: dy = 0, dx = 0
+    assert not decoded(e)["dx"].any()
+    mask = np.zeros((8, 4, 5), np.float32)
+    mask[3, 1, 2] = 1.0  # one element of group 1
+    v = e.results_meta["version"]
+    e.set_state({"dy_paint": memoryview(mask.tobytes())})
+    assert e.status == "ok", e.status
+    assert e.dy_paint == mask.tobytes() and e.results_meta["version"] == v + 1
+    r = check_against_numr_web(e)
+    np.testing.assert_array_equal(r["dy"], np.broadcast_to(mask, (3, 8, 4, 5)))
+    # one painted element moves every element of its group, and only its group
+    moved = np.abs(r["dx"]).reshape(3, 4, -1).max(axis=2) > 0
+    assert moved[:, 1].all() and not moved[:, [0, 2, 3]].any()
+    # a painting of the wrong size is an error that names the trait; a paint in another mode recomputes nothing
+    e.set_state({"dy_paint": memoryview(b"\0" * 12)})
+    assert e.status.startswith("error: dy_paint: expected 640 bytes"), e.status
+    e.set_state({"dy_paint": memoryview(mask.tobytes())})
+    e.grad_mode = "ones"
+    v = e.results_meta["version"]
+    e.set_state({"dy_paint": memoryview(np.ones_like(mask).tobytes())})
+    assert e.results_meta["version"] == v

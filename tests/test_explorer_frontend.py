@@ -44,13 +44,16 @@ def _missing() -> str | None:
 
 
 # ---- known results, packed as the contract says ------------------------------------------------------------
-def compute(n=2, c=8, hw=(4, 4), g=4, seed=0, offset=3.0, grad_mode="random", eps=EPS):
+def compute(n=2, c=8, hw=(4, 4), g=4, seed=0, offset=3.0, grad_mode="random", eps=EPS, affine=False, silu=False):
     rng = np.random.default_rng(seed)
     x = (offset + rng.standard_normal((n, c, *hw)) * (1.0 + np.arange(c).reshape(1, c, 1, 1) * 0.25)).astype(np.float32)
     w, b = np.ones(c, np.float32), np.zeros(c, np.float32)
-    y, mean, rstd = numr_web.ops.group_norm_forward(x, w, b, g, eps)
+    if affine:
+        w, b = (1.0 + 0.5 * rng.standard_normal(c)).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+    act = "silu" if silu else None
+    y, mean, rstd = numr_web.ops.group_norm_forward(x, w, b, g, eps, activation=act)
     dy = y.copy() if grad_mode == "loss" else rng.standard_normal(x.shape).astype(np.float32)
-    dx, dw, db = numr_web.ops.group_norm_backward(dy, x, mean, rstd, w, g)
+    dx, dw, db = numr_web.ops.group_norm_backward(dy, x, mean, rstd, w, g, bias=b, activation=act)
     x64, dx64 = x.astype(np.float64).reshape(n, g, -1), dx.astype(np.float64).reshape(n, g, -1)
     xhat = (x64 - np.asarray(mean, np.float64).reshape(n, g, 1)) * np.asarray(rstd, np.float64).reshape(n, g, 1)
     xc = x.astype(np.float64).reshape(n, c, -1)
@@ -68,6 +71,8 @@ def compute(n=2, c=8, hw=(4, 4), g=4, seed=0, offset=3.0, grad_mode="random", ep
         "dx_dot_xhat": (dx64 * xhat).sum(axis=2),
         "bn_mean": xc.mean(axis=(0, 2)),
         "bn_var": xc.var(axis=(0, 2)),
+        "weight": w,
+        "bias": b,
     }
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in arrays.items()}
 
@@ -271,6 +276,10 @@ def test_new_results_redraw_the_table(page):
     page.evaluate("(p) => window.pyUpdate(p)", {"results_b64": b64, "results_meta": meta, "num_groups": 2})
     assert_stats_table(page, new)
     assert "v2" in text(page, "status")
+    # every view shows version 2 (the statistics first, the rest a frame later)
+    assert page.evaluate("document.querySelector('.nw-body').dataset.drawn") == "2"
+    np.testing.assert_allclose(float(text(page, "we-mean")), new["mean"][0, 0], rtol=1e-6)
+    assert page.locator('[data-testid="selected"] h3').count() == 1
 
 
 def test_clicking_a_heatmap_cell_selects_that_group(page):
@@ -361,3 +370,86 @@ def test_parameters_in_results_meta_win_over_traits_that_moved_on(page):
     rstd = float(arrays["rstd"][0, 0])
     np.testing.assert_allclose(float(text(page, "we-var")), 1.0 / rstd**2 - 0.5, rtol=1e-5)
     assert page.locator('[data-testid="inv-dx-dot-xhat"]').get_attribute("data-pass") == "true"
+
+
+def _canvas_point(page, testid, row, col, rows, cols):
+    """The page coordinates of cell (row, col) of a canvas of rows x cols cells (scrolled into view)."""
+    loc = page.locator(f'[data-testid="{testid}"]')
+    loc.scroll_into_view_if_needed()
+    box = loc.bounding_box()
+    return box["x"] + (col + 0.5) * box["width"] / cols, box["y"] + (row + 0.5) * box["height"] / rows
+
+
+@pytest.mark.parametrize("silu", [False, True])
+def test_images_hover_exact_values_and_click_chooses_the_worked_element(page, silu):
+    arrays = compute(affine=True, silu=silu)
+    n, c, hh, ww = arrays["x"].shape
+    mount(page, state_for(arrays, silu=silu))
+    assert [page.locator(f'[data-testid="image-{k}"]').count() for k in ("x", "y", "dy", "dx")] == [1, 1, 1, 1]
+    ch, pos = 5, 7  # channel 5 is in group 2 (2 channels a group); position 7 is (1, 3) of 4x4
+    page.mouse.move(*_canvas_point(page, "image-x", ch, pos, c, hh * ww))
+    tip = page.locator(".nw-tooltip").text_content()
+    shown = re.search(r"x\[0, 5, 1, 3\] = (\S+)", tip)
+    assert shown, tip
+    np.testing.assert_allclose(float(shown.group(1)), arrays["x"][0, 5, 1, 3], rtol=1e-6)
+    np.testing.assert_allclose(float(re.search(r"dx = (\S+)", tip).group(1)), arrays["dx"][0, 5, 1, 3], rtol=1e-6)
+    page.mouse.click(*_canvas_point(page, "image-x", ch, pos, c, hh * ww))
+    assert ["selected", [0, 2]] in sets(page) and sets(page)[-1] == ["element", [ch, pos]]
+    assert "x[0, 5, 1, 3]" in text(page, "we-element")
+    mean, rstd = float(arrays["mean"][0, 2]), float(arrays["rstd"][0, 2])
+    x0 = float(arrays["x"][0, ch, 1, 3])
+    z = (x0 - mean) * rstd * float(arrays["weight"][ch]) + float(arrays["bias"][ch])
+    np.testing.assert_allclose(float(text(page, "we-x")), x0, rtol=1e-6)
+    np.testing.assert_allclose(float(text(page, "we-y-expected")), z / (1 + np.exp(-z)) if silu else z, rtol=1e-5)
+    # the backward worked through for that element: the formula (float64 in JS) against the kernel's dx
+    dx = float(arrays["dx"][0, ch, 1, 3])
+    np.testing.assert_allclose(float(text(page, "we-dx")), dx, rtol=1e-6)
+    np.testing.assert_allclose(float(text(page, "we-dx-expected")), dx, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(float(text(page, "we-dy")), arrays["dy"][0, ch, 1, 3], rtol=1e-6)
+    # with the kernel's weight and bias in the results, the invariants hold for a non-unit affine too
+    for testid in ("inv-dx-sum", "inv-dx-dot-xhat"):
+        assert page.locator(f'[data-testid="{testid}"]').get_attribute("data-pass") == "true"
+    # keyboard: the focused image moves the element with the arrow keys
+    page.locator('[data-testid="image-x"]').focus()
+    page.keyboard.press("ArrowLeft")
+    assert sets(page)[-1] == ["element", [ch, pos - 1]]
+
+
+def test_cube_hover_says_which_elements_share_the_statistics(page):
+    mount(page, state_for(compute(), selected=[1, 2]))
+    # the slabs overlap (an oblique drawing): the event goes to the element itself, as a pointer over its visible part
+    page.locator('[data-testid="cube-group"] rect[data-n="1"][data-c0="4"]').first.dispatch_event("mousemove")
+    tip = page.locator(".nw-tooltip").text_content()
+    assert "sample 1, channel 4 (group 2)" in tip and "\nshares" in tip, tip
+    page.locator('[data-testid="cube-group"] rect[data-n="0"][data-c0="4"]').first.dispatch_event("mousemove")
+    assert "does not share" in page.locator(".nw-tooltip").text_content()
+
+
+PAINT = """() => { const d = window.model.state.dy_paint;
+  return d ? Array.from(new Float32Array(d.buffer.slice(d.byteOffset, d.byteOffset + d.byteLength))) : null; }"""
+
+
+def test_painting_dy_sends_the_mask_as_binary(page):
+    arrays = compute()
+    n, c, hh, ww = arrays["x"].shape
+    s = hh * ww
+    mount(page, state_for(arrays, grad_mode="painted"))
+    page.mouse.move(*_canvas_point(page, "image-dy", 1, 2, c, s))
+    page.mouse.down()
+    page.mouse.move(*_canvas_point(page, "image-dy", 1, 6, c, s), steps=2)
+    page.mouse.up()
+    name, value = sets(page)[-1]
+    assert name == "dy_paint"
+    assert page.evaluate("window.model.state.dy_paint instanceof DataView")
+    mask = np.array(page.evaluate(PAINT), np.float32).reshape(c, s)
+    want = np.zeros((c, s), np.float32)
+    want[1, 2:7] = 1.0
+    np.testing.assert_array_equal(mask, want)
+    # shift erases, the button clears
+    page.keyboard.down("Shift")
+    page.mouse.click(*_canvas_point(page, "image-dy", 1, 4, c, s))
+    page.keyboard.up("Shift")
+    want[1, 4] = 0.0
+    np.testing.assert_array_equal(np.array(page.evaluate(PAINT), np.float32).reshape(c, s), want)
+    page.locator('[data-testid="paint-clear"]').click()
+    assert not any(page.evaluate(PAINT))

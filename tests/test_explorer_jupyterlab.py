@@ -199,23 +199,27 @@ def browser(viewport=(1400, 1000)):
 
 
 def run_explorer_cell(page, url: str, timeout_ms: int = 180_000):
-    """Open the notebook at ``url``, run its first cell, wait for the Explorer's statistics table."""
+    """Open the notebook at ``url``, run its first cell, wait for the Explorer's statistics table.
+
+    JupyterLab may still ask for a kernel after the page shows its kernel idle (a "Select Kernel" dialog that
+    swallows the keystroke): the dialog is accepted and the cell run again while its prompt shows it never ran."""
     page.goto(url)
     cell = page.locator(".jp-Notebook .jp-Cell").first
     cell.wait_for(timeout=timeout_ms)
-    # wait until the kernel is up (accepting the kernel dialog if JupyterLab asks anyway), then run the cell
     idle = ".jp-Notebook-ExecutionIndicator[data-status='idle']"
     deadline = time.monotonic() + timeout_ms / 1000
-    while page.query_selector(idle) is None:
+    while page.query_selector('[data-testid="group-stats"]') is None:
         accept = page.query_selector(".jp-Dialog .jp-mod-accept")
         if accept is not None:
             accept.click()
+        elif page.query_selector(idle) is not None:
+            prompt = cell.locator(".jp-InputPrompt").inner_text().strip()
+            if prompt in ("[ ]:", ""):  # not run yet (or the keystroke went to a dialog)
+                cell.locator(".cm-content").click()
+                page.keyboard.press("Shift+Enter")
         if time.monotonic() > deadline:
-            raise TimeoutError("the notebook's kernel did not become idle")
-        page.wait_for_timeout(200)
-    cell.locator(".cm-content").click()
-    page.keyboard.press("Shift+Enter")
-    page.wait_for_selector('[data-testid="group-stats"]', state="attached", timeout=timeout_ms)
+            raise TimeoutError("the Explorer's statistics table did not appear")
+        page.wait_for_timeout(250)
 
 
 READ_TABLE = """() => {
@@ -265,6 +269,11 @@ def test_explorer_in_jupyterlab(tmp_path):
                 "explorer = numr_web.Explorer(x, num_groups=4, device='cpu')\n"
                 "explorer",
                 "print('kernel sees', explorer.num_groups, explorer.selected)",
+                "import array\n"
+                "paint = array.array('f', explorer.dy_paint)\n"
+                "dy = explorer.decode()['dy'][1]\n"
+                "painted = [i for i, v in enumerate(paint) if v]\n"
+                "print('paint', explorer.grad_mode, len(paint), painted, sum(dy), explorer.status)",
             ],
         )
         with browser(viewport=(1280, 2600)) as page:
@@ -295,6 +304,35 @@ def test_explorer_in_jupyterlab(tmp_path):
                 out = page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-OutputArea-output")
                 out.wait_for(timeout=60_000)
                 assert out.inner_text().strip() == "kernel sees 2 [1, 1]", out.inner_text()
+
+                # front-end -> kernel, binary: paint dy on the dy image (a DataView trait); the kernel gets the
+                # bytes, recomputes with them, and its results' dy is the painting on both samples
+                drawn = "() => document.querySelector('.nw-body').dataset.drawn"
+                version = page.evaluate(drawn)
+                page.select_option('[data-testid="grad-mode"]', "painted")
+                page.wait_for_function(f"() => ({drawn})() !== {json.dumps(version)}", timeout=60_000)
+                page.wait_for_selector('[data-testid="image-dy"].nw-paint')
+                dy_img = page.locator('[data-testid="image-dy"]')
+                dy_img.scroll_into_view_if_needed()
+                box = dy_img.bounding_box()
+                rows, cols = 8, 16  # channels by positions of one sample
+
+                def cell(c, s):
+                    return box["x"] + (s + 0.5) * box["width"] / cols, box["y"] + (c + 0.5) * box["height"] / rows
+
+                version = page.evaluate(drawn)
+                page.mouse.move(*cell(1, 2))
+                page.mouse.down()
+                page.mouse.move(*cell(1, 6), steps=3)
+                page.mouse.up()
+                page.wait_for_function(f"() => ({drawn})() !== {json.dumps(version)}", timeout=60_000)
+                cell3 = page.locator(".jp-Notebook .jp-Cell").nth(2)
+                cell3.locator(".cm-content").click()
+                page.keyboard.press("Shift+Enter")
+                out3 = cell3.locator(".jp-OutputArea-output")
+                out3.wait_for(timeout=60_000)
+                want_idx = [1 * 16 + s for s in range(2, 7)]
+                assert out3.inner_text().strip() == f"paint painted 128 {want_idx} 10.0 ok", out3.inner_text()
             finally:
                 shot = tmp_path / "explorer.png"
                 with contextlib.suppress(Exception):

@@ -57,11 +57,12 @@ window.mount = (state, kind = "dataview") => {
   return true;
 };
 
-// what the kernel side does: change traits, then fire their change events
+// what the kernel side does: change traits, then fire their change events; resolves once every view is drawn
+// (new results redraw the statistics at once and the other views in the next animation frame)
 window.pyUpdate = (patch, kind = "dataview") => {
   const p = decodeState(patch, kind);
   Object.assign(window.model.state, p);
   for (const k of Object.keys(p)) window.model.emit(`change:${k}`);
-  return true;
+  return new Promise((resolve) => requestAnimationFrame(() => setTimeout(() => resolve(true), 0)));
 };
 window.harnessReady = true;

@@ -79,8 +79,9 @@ export function cube(kind: NormKind, s: CubeSpec): SVGSVGElement {
       const cls = lit(n, c) ? "nw-cube-on" : "nw-cube-off";
       const x = ox + c * cw;
       // top face strip, then front face column
-      svg.appendChild(el("polygon", { class: cls, points: `${x},${oy} ${x + cw},${oy} ${x + cw + step},${oy - step} ${x + step},${oy - step}` }));
-      svg.appendChild(el("rect", { class: cls, x, y: oy, width: cw, height: H }));
+      const where = { "data-n": n, "data-c0": c * per, "data-c1": Math.min(s.c, (c + 1) * per) - 1 };
+      svg.appendChild(el("polygon", { class: cls, points: `${x},${oy} ${x + cw},${oy} ${x + cw + step},${oy - step} ${x + step},${oy - step}`, ...where }));
+      svg.appendChild(el("rect", { class: cls, x, y: oy, width: cw, height: H, ...where }));
     }
     // right side face of the slab
     const xr = ox + W;
@@ -97,4 +98,15 @@ export function cube(kind: NormKind, s: CubeSpec): SVGSVGElement {
   t(x0 + W + depth / 2 + 6, y0 - depth / 2 + 2, "N");
   t(x0 - 1, y0 + H / 2, "H,W", { "text-anchor": "middle", transform: `rotate(-90 ${x0 - 1} ${y0 + H / 2})`, dy: -2 });
   return svg;
+}
+
+/** What a hovered column of the cube is: sample n, channels c0..c1, and whether it shares the selected statistics. */
+export function cellInfo(kind: NormKind, s: CubeSpec, n: number, c0: number, c1: number): string {
+  const cg = s.c / s.groups;
+  const channels = c0 === c1 ? `channel ${c0}` : `channels ${c0}–${c1}`;
+  const groups = kind === "group" ? ` (group ${Math.floor(c0 / cg)}${Math.floor(c1 / cg) !== Math.floor(c0 / cg) ? `–${Math.floor(c1 / cg)}` : ""})` : "";
+  let shares = false;
+  for (let c = c0; c <= c1; c++) if (highlighted(kind, s, n, c)) shares = true;
+  const name = KINDS.find((k) => k.kind === kind)?.title(s) ?? kind;
+  return `${name}: sample ${n}, ${channels}${groups}, all ${s.spatial} positions\n${shares ? "shares" : "does not share"} one mean and variance with the highlighted set`;
 }

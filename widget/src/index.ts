@@ -4,7 +4,7 @@ import type { AnyModel, RenderProps } from "@anywidget/types";
 import * as Plot from "@observablehq/plot";
 import { interpolateViridis, interpolateRdBu } from "d3-scale-chromatic";
 import { decodeResults, parseMeta, type NdArray, type Results } from "./decode";
-import { KINDS, cube, describe, type CubeSpec } from "./cube";
+import { KINDS, cellInfo, cube, describe, type CubeSpec } from "./cube";
 
 interface Traits {
   shape: number[];
@@ -26,6 +26,8 @@ interface Traits {
   batch: number;
   sample: number;
   selected: number[];
+  element: number[];
+  dy_paint: unknown;
   [key: string]: unknown;
 }
 type Model = AnyModel<Traits>;
@@ -160,6 +162,9 @@ function render({ model, el }: RenderProps<Traits>): () => void {
   };
   const number = (testid: string, attrs: Record<string, string>): HTMLInputElement => h("input", { type: "number", "data-testid": testid, ...attrs });
   const on = (e: EventTarget, type: string, f: (ev: Event) => void): void => e.addEventListener(type, f, { signal });
+  /** Listeners of the drawn views: dropped at the next redraw, with the elements they were on. */
+  let drawn = new AbortController();
+  const onDraw = (e: EventTarget, type: string, f: (ev: Event) => void): void => e.addEventListener(type, f, { signal: drawn.signal });
 
   const numGroups = select("num-groups", []);
   on(numGroups, "change", () => send("num_groups", Number(numGroups.value)));
@@ -195,7 +200,7 @@ function render({ model, el }: RenderProps<Traits>): () => void {
   on(layout, "change", () => send("memory_layout", layout.value));
   const silu = h("input", { type: "checkbox", "data-testid": "silu" });
   on(silu, "change", () => send("silu", silu.checked));
-  const gradMode = select("grad-mode", [["ones", "ones"], ["random", "random"], ["loss", "loss = sum(y²)/2 (dy = y)"]]);
+  const gradMode = select("grad-mode", [["ones", "ones"], ["random", "random"], ["loss", "loss = sum(y²)/2 (dy = y)"], ["painted", "painted (draw on the dy image)"]]);
   on(gradMode, "change", () => send("grad_mode", gradMode.value));
   const sample = select("sample", []);
   on(sample, "change", () => send("sample", Number(sample.value)));
@@ -301,7 +306,7 @@ function render({ model, el }: RenderProps<Traits>): () => void {
       const n = Math.floor(((ev.clientY - box.top) / box.height) * v.n);
       return n >= 0 && n < v.n && g >= 0 && g < v.g ? [n, g] : null;
     };
-    on(canvas, "mousemove", (e) => {
+    onDraw(canvas, "mousemove", (e) => {
       const ev = e as MouseEvent;
       const p = cellAt(ev);
       if (p === null) return hideTip();
@@ -313,16 +318,16 @@ function render({ model, el }: RenderProps<Traits>): () => void {
         drawCubes();
       }
     });
-    on(canvas, "mouseleave", () => {
+    onDraw(canvas, "mouseleave", () => {
       hideTip();
       hover = null;
       drawCubes();
     });
-    on(canvas, "click", (e) => {
+    onDraw(canvas, "click", (e) => {
       const p = cellAt(e as MouseEvent);
       if (p) select_(p);
     });
-    on(canvas, "keydown", (e) => {
+    onDraw(canvas, "keydown", (e) => {
       const k = (e as KeyboardEvent).key;
       const d: Record<string, [number, number]> = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
       const m = d[k];
@@ -398,43 +403,209 @@ function render({ model, el }: RenderProps<Traits>): () => void {
     return f;
   }
 
+  /** 256 packed RGBA colours (little-endian ABGR words) for `putImageData` through a Uint32Array, plus grey for NaN at 256. */
+  function lut(interp: (t: number) => string): Uint32Array {
+    const out = new Uint32Array(257);
+    for (let k = 0; k < 256; k++) {
+      const [r, g, b] = parseColor(interp(k / 255));
+      out[k] = (255 << 24) | (b << 16) | (g << 8) | r;
+    }
+    out[256] = (255 << 24) | (128 << 16) | (128 << 8) | 128;
+    return out;
+  }
+  const VIRIDIS = lut(interpolateViridis);
+  const RDBU = lut((t) => interpolateRdBu(1 - t));
+
+  /** The position index s of a sample's spatial axes as "i, j" (row-major over the spatial shape). */
+  function spatialIndex(v: View, s: number): string {
+    const dims = (v.r.get("x")?.shape ?? model.get("shape") ?? []).slice(2);
+    const idx: number[] = [];
+    for (let d = dims.length - 1; d >= 0; d--) {
+      const size = dims[d] ?? 1;
+      idx.unshift(s % size);
+      s = Math.floor(s / size);
+    }
+    return idx.join(", ");
+  }
+
+  /** The worked example's element [c, s]: the `element` trait when it lies in the selected group, else the group's first. */
+  function elementOf(v: View): [number, number] {
+    const raw = model.get("element") ?? [];
+    const c = Math.trunc(Number(raw[0])), s = Math.trunc(Number(raw[1]));
+    const g = v.sel[1];
+    if (Number.isFinite(c) && Number.isFinite(s) && Math.floor(c / v.cg) === g && c >= 0 && c < v.c && s >= 0 && s < v.s) return [c, s];
+    return [g * v.cg, 0];
+  }
+
+  /** Draws `vals` (C x S, row-major) onto `canvas` at `px` x `rh` pixels a value: one native-size ImageData
+   *  scaled by drawImage (no per-pixel loop over the scaled size), group edges and the chosen element on top. */
+  function paintImage(canvas: HTMLCanvasElement, vals: ArrayLike<number>, v: View, px: number, rh: number, mark: [number, number] | null): [number, number] {
+    const [lo, hi] = extent(vals);
+    const ctx = canvas.getContext("2d");
+    if (!ctx) return [lo, hi];
+    const m = Math.max(Math.abs(lo), Math.abs(hi));
+    const zeroCentred = lo < 0 && hi > 0;
+    const [a, b, colors] = zeroCentred ? [-m, m, RDBU] : [lo, hi, VIRIDIS];
+    const span = b > a ? 255 / (b - a) : 0;
+    const img = new ImageData(v.s, v.c);
+    const words = new Uint32Array(img.data.buffer);
+    for (let i = 0; i < v.c * v.s; i++) {
+      const x = vals[i] ?? NaN;
+      const k = x === x && Number.isFinite(x) ? (span > 0 ? Math.round(Math.min(255, Math.max(0, (x - a) * span))) : 128) : 256;
+      words[i] = colors[k] ?? 0;
+    }
+    const native = document.createElement("canvas");
+    native.width = v.s;
+    native.height = v.c;
+    native.getContext("2d")?.putImageData(img, 0, 0);
+    ctx.imageSmoothingEnabled = false;
+    ctx.drawImage(native, 0, 0, v.s * px, v.c * rh);
+    if (rh >= 3) {
+      ctx.fillStyle = "#000";
+      for (let c = v.cg; c < v.c; c += v.cg) ctx.fillRect(0, c * rh, canvas.width, 1);
+    }
+    if (mark) {
+      ctx.strokeStyle = "#ff2d55";
+      ctx.lineWidth = 2;
+      ctx.strokeRect(mark[1] * px - 1, mark[0] * rh - 1, px + 2, rh + 2);
+    }
+    return [lo, hi];
+  }
+
+  /** Painted upstream gradient (grad_mode "painted"): the mask being painted, C x S, sent to the kernel as binary. */
+  let paint: Float32Array | null = null;
+  function paintMask(v: View): Float32Array {
+    if (paint === null || paint.length !== v.c * v.s) {
+      paint = new Float32Array(v.c * v.s);
+      const raw = model.get("dy_paint");
+      const bytes = raw instanceof DataView ? new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength) : raw instanceof ArrayBuffer ? new Uint8Array(raw) : ArrayBuffer.isView(raw) ? new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength) : null;
+      if (bytes && bytes.byteLength === 4 * v.c * v.s) new Uint8Array(paint.buffer).set(bytes);
+    }
+    return paint;
+  }
+  function sendPaint(): void {
+    // a copy: the kernel's bytes must not change under it while the next stroke paints
+    send("dy_paint", new DataView(paintMask(cubeView ?? (viewOf(model, results) as View)).slice().buffer));
+  }
+
   function image(v: View, name: string, n: number, label: string): HTMLElement {
+    const painting = name === "dy" && String(model.get("grad_mode")) === "painted";
     const a = v.r.get(name);
-    if (a === undefined || n >= (a.shape[0] ?? 0)) return h("p", { class: "nw-note" }, `${label}: sample ${n} was not sent.`);
-    const vals = a.data.subarray(n * v.c * v.s, (n + 1) * v.c * v.s);
-    const px = Math.max(1, Math.min(8, Math.floor(560 / v.s)));
-    const rh = Math.max(1, Math.min(8, Math.floor(320 / v.c)));
-    const canvas = h("canvas", { class: "nw-image", role: "img", "data-testid": `image-${name}` });
+    if (!painting && (a === undefined || n >= (a.shape[0] ?? 0))) return h("p", { class: "nw-note" }, `${label}: sample ${n} was not sent.`);
+    const vals = painting ? paintMask(v) : (a as NdArray).data.subarray(n * v.c * v.s, (n + 1) * v.c * v.s);
+    const px = Math.max(1, Math.min(8, Math.floor(520 / v.s)));
+    const rh = Math.max(1, Math.min(8, Math.floor(260 / v.c)));
+    const canvas = h("canvas", { class: painting ? "nw-image nw-paint" : "nw-image", role: "img", tabindex: "0", "data-testid": `image-${name}` });
     canvas.width = v.s * px;
     canvas.height = v.c * rh;
-    const [lo, hi] = extent(vals);
-    const desc = `${label} of sample ${n}: ${v.c} channels (rows, groups of ${v.cg}) by ${v.s} positions (columns); values from ${fmt(lo)} (blue) to ${fmt(hi)} (red)`;
+    canvas.dataset.px = String(px);
+    canvas.dataset.rh = String(rh);
+    const el = elementOf(v);
+    const mark = (): [number, number] | null => (n === v.sel[0] ? el : null);
+    const [lo, hi] = paintImage(canvas, vals, v, px, rh, mark());
+    const how = painting ? "Drag to paint dy = 1 (Shift: erase); the kernel recomputes when you let go. " : "Click an element to follow it in the worked example; arrow keys move it. ";
+    const desc = `${label} of sample ${n}: ${v.c} channels (rows, groups of ${v.cg}) by ${v.s} positions (columns); values from ${fmt(lo)} to ${fmt(hi)}${lo < 0 && hi > 0 ? " (blue negative, red positive)" : ""}. ${how}`;
     canvas.setAttribute("aria-label", desc);
-    const ctx = canvas.getContext("2d");
-    if (ctx) {
-      const img = ctx.createImageData(canvas.width, canvas.height);
-      const m = Math.max(Math.abs(lo), Math.abs(hi));
-      const zeroCentred = lo < 0 && hi > 0;
-      const color = zeroCentred ? colorOf((t) => interpolateRdBu(1 - t), -m, m) : colorOf(interpolateViridis, lo, hi);
-      for (let c = 0; c < v.c; c++) {
-        const edge = rh >= 3 && c % v.cg === 0 && c > 0;
-        for (let s = 0; s < v.s; s++) {
-          const [r, g, b] = color(at(vals, c * v.s + s));
-          for (let yy = 0; yy < rh; yy++) {
-            const line = edge && yy === 0;
-            for (let xx = 0; xx < px; xx++) {
-              const o = 4 * ((c * rh + yy) * canvas.width + s * px + xx);
-              img.data[o] = line ? 0 : r;
-              img.data[o + 1] = line ? 0 : g;
-              img.data[o + 2] = line ? 0 : b;
-              img.data[o + 3] = 255;
-            }
-          }
-        }
+    const cellAt = (ev: MouseEvent): [number, number] | null => {
+      const box = canvas.getBoundingClientRect();
+      const s = Math.floor(((ev.clientX - box.left) / box.width) * v.s);
+      const c = Math.floor(((ev.clientY - box.top) / box.height) * v.c);
+      return c >= 0 && c < v.c && s >= 0 && s < v.s ? [c, s] : null;
+    };
+    const choose = (p: [number, number], focus?: string): void => {
+      refocus = focus;
+      model.set("selected", [n, Math.floor(p[0] / v.cg)]);
+      model.set("element", [p[0], p[1]]);
+      model.save_changes();
+      redraw();
+    };
+    onDraw(canvas, "mousemove", (e) => {
+      const ev = e as MouseEvent;
+      const p = cellAt(ev);
+      if (p === null) return hideTip();
+      const i = p[0] * v.s + p[1];
+      const lines = [`${name}[${n}, ${p[0]}, ${spatialIndex(v, p[1])}] = ${fmt(at(vals, i))}`, `channel ${p[0]}, group ${Math.floor(p[0] / v.cg)}, position ${p[1]}`];
+      for (const other of ["x", "y", "dy", "dx"]) {
+        if (other === name) continue;
+        const o = v.r.get(other);
+        if (o !== undefined && n < (o.shape[0] ?? 0)) lines.push(`${other} = ${fmt(at(o.data, (n * v.c + p[0]) * v.s + p[1]))}`);
       }
-      ctx.putImageData(img, 0, 0);
+      showTip(ev, lines.join("\n"));
+    });
+    onDraw(canvas, "mouseleave", hideTip);
+    if (painting) {
+      let value = -1;
+      let last: [number, number] | null = null;
+      const mask = vals;
+      const dab = (p: [number, number]): void => {
+        // a line from the last point, so a fast stroke leaves no gaps
+        const [c0, s0] = last ?? p;
+        const steps = Math.max(Math.abs(p[0] - c0), Math.abs(p[1] - s0), 1);
+        for (let k = 0; k <= steps; k++) {
+          const c = Math.round(c0 + ((p[0] - c0) * k) / steps), s = Math.round(s0 + ((p[1] - s0) * k) / steps);
+          mask[c * v.s + s] = value;
+        }
+        last = p;
+        paintImage(canvas, mask, v, px, rh, mark());
+      };
+      onDraw(canvas, "pointerdown", (e) => {
+        const ev = e as PointerEvent;
+        const p = cellAt(ev);
+        if (p === null) return;
+        ev.preventDefault();
+        value = ev.shiftKey || ev.button === 2 ? 0 : 1;
+        last = null;
+        canvas.setPointerCapture?.(ev.pointerId);
+        dab(p);
+      });
+      onDraw(canvas, "pointermove", (e) => {
+        if (value < 0) return;
+        const p = cellAt(e as MouseEvent);
+        if (p) dab(p);
+      });
+      const end = (): void => {
+        if (value < 0) return;
+        value = -1;
+        last = null;
+        sendPaint();
+      };
+      onDraw(canvas, "pointerup", end);
+      onDraw(canvas, "pointercancel", end);
+      onDraw(canvas, "keydown", (e) => {
+        const k = (e as KeyboardEvent).key;
+        if (k !== " " && k !== "Enter") return;
+        e.preventDefault();
+        const i = el[0] * v.s + el[1];
+        mask[i] = mask[i] ? 0 : 1;
+        sendPaint();
+        paintImage(canvas, mask, v, px, rh, mark());
+      });
+    } else {
+      onDraw(canvas, "click", (e) => {
+        const p = cellAt(e as MouseEvent);
+        if (p) choose(p);
+      });
     }
-    return figure(desc, canvas);
+    onDraw(canvas, "keydown", (e) => {
+      const k = (e as KeyboardEvent).key;
+      const d: Record<string, [number, number]> = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
+      const m = d[k];
+      if (!m) return;
+      e.preventDefault();
+      choose([Math.min(v.c - 1, Math.max(0, el[0] + m[0])), Math.min(v.s - 1, Math.max(0, el[1] + m[1]))], canvas.dataset.testid);
+    });
+    const f = figure(desc, canvas);
+    if (painting) {
+      const mask = vals;
+      const clear = h("button", { type: "button", "data-testid": "paint-clear" }, "Clear dy");
+      onDraw(clear, "click", () => {
+        mask.fill(0);
+        sendPaint();
+        paintImage(canvas, mask, v, px, rh, mark());
+      });
+      f.append(h("div", { class: "nw-buttons" }, clear));
+    }
+    return f;
   }
 
   function bars(v: View, name: string, label: string): HTMLElement {
@@ -466,12 +637,12 @@ function render({ model, el }: RenderProps<Traits>): () => void {
    *  Each is measured against rstd * ||g|| * sqrt(M), the size of the terms summed (w = 1, b = 0 unless results carry weight/bias). */
   function invariants(v: View): HTMLElement {
     const dxSum = v.r.get("dx_sum"), dxDot = v.r.get("dx_dot_xhat"), rstd = v.r.get("rstd"), mean = v.r.get("mean");
-    const x = v.r.get("x"), dy = v.r.get("dy"), weight = v.r.get("weight"), bias = v.r.get("bias");
+    const x = v.r.get("x"), dy = v.r.get("dy");
     const dt = String(param("dtype"));
     const tol = INVARIANT_TOL[dt] ?? 1e-5;
     const eps = Number(param("eps"));
-    const useSilu = Boolean(param("silu"));
     const m = v.cg * v.s;
+    const upstream = upstreamOf(v);
     let worstSum = 0, worstDot = 0, checked = 0;
     let whereSum = "", whereDot = "";
     const nCheck = Math.min(v.n, v.sent);
@@ -483,15 +654,8 @@ function render({ model, el }: RenderProps<Traits>): () => void {
         const mu = at(mean?.data, i), rs = at(rstd?.data, i);
         let gg = 0, gx = 0;
         for (let k = 0; k < xs.length; k++) {
-          const ch = g * v.cg + Math.floor(k / v.s);
-          const w = weight ? at(weight.data, ch) : 1, b = bias ? at(bias.data, ch) : 0;
           const xh = (at(xs, k) - mu) * rs;
-          let gk = at(dys, k) * w;
-          if (useSilu) {
-            const z = xh * w + b;
-            const sg = 1 / (1 + Math.exp(-z));
-            gk *= sg * (1 + z * (1 - sg));
-          }
+          const gk = upstream(g, k, xh, at(dys, k));
           gg += gk * gk;
           gx += gk * xh;
         }
@@ -537,8 +701,25 @@ function render({ model, el }: RenderProps<Traits>): () => void {
       "div",
       {},
       t,
-      h("p", { class: "nw-note" }, "g = dL/dx̂ = dy·w (times SiLU′(x̂·w + b) when SiLU is on; w = 1, b = 0 unless the results carry weight and bias). dx ⟂ x̂ holds only as eps → 0: with dy = y (the loss mode) nearly all of dx is this eps term."),
+      h("p", { class: "nw-note" }, "g = dL/dx̂ = dy·w (times SiLU′(x̂·w + b) when SiLU is on), with the weight w and bias b the kernel used. dx ⟂ x̂ holds only as eps → 0: with dy = y (the loss mode) nearly all of dx is this eps term."),
     );
+  }
+
+  /** g = dL/dx̂ of element k of group g's values (dy·w, times SiLU′(x̂·w + b) when SiLU is on), with the kernel's w and b. */
+  function upstreamOf(v: View): (g: number, k: number, xh: number, dyk: number) => number {
+    const weight = v.r.get("weight")?.data, bias = v.r.get("bias")?.data;
+    const silu = Boolean(param("silu"));
+    return (g, k, xh, dyk) => {
+      const ch = g * v.cg + Math.floor(k / v.s);
+      const w = weight ? at(weight, ch) : 1, b = bias ? at(bias, ch) : 0;
+      let gk = dyk * w;
+      if (silu) {
+        const z = xh * w + b;
+        const sg = 1 / (1 + Math.exp(-z));
+        gk *= sg * (1 + z * (1 - sg));
+      }
+      return gk;
+    };
   }
 
   function workedExample(v: View): HTMLElement {
@@ -548,7 +729,6 @@ function render({ model, el }: RenderProps<Traits>): () => void {
     const eps = Number(param("eps"));
     const variance = 1 / (rstd * rstd) - eps;
     const c0 = g * v.cg;
-    const x = v.r.get("x"), y = v.r.get("y");
     const box = h("div", { class: "nw-worked", "data-testid": "worked-example" });
     const line = (testid: string, lhs: string, rhs: string, value: number): HTMLElement =>
       h("div", { class: "nw-step" }, h("span", { class: "nw-lhs" }, lhs), h("span", { class: "nw-rhs" }, rhs), h("span", { class: "nw-mono nw-val", "data-testid": testid }, fmt(value)));
@@ -558,25 +738,53 @@ function render({ model, el }: RenderProps<Traits>): () => void {
       line("we-rstd", "rstd", "= 1 / √(var + eps)", rstd),
       line("we-var", "var", `= 1/rstd² − eps (eps = ${eps})`, variance),
     );
-    const xs = x && n < (x.shape[0] ?? 0) ? at(x.data, (n * v.c + c0) * v.s) : NaN;
-    if (Number.isFinite(xs) || (x && n < (x.shape[0] ?? 0))) {
-      const w = at(v.r.get("weight")?.data, c0), b = at(v.r.get("bias")?.data, c0);
-      const ww = Number.isFinite(w) ? w : 1, bb = Number.isFinite(b) ? b : 0;
-      const xhat = (xs - mean) * rstd;
-      const z = xhat * ww + bb;
-      const silu = Boolean(param("silu"));
-      const yExp = silu ? z / (1 + Math.exp(-z)) : z;
-      const yGot = at(y?.data, (n * v.c + c0) * v.s);
-      box.append(
-        h("p", {}, `One element: x[${n}, ${c0}, 0] (channel ${c0}, position 0).`),
-        line("we-x", "x", "", xs),
-        line("we-xhat", "x̂", "= (x − μ) · rstd", xhat),
-        line("we-y-expected", "y", silu ? `= SiLU(x̂·w + b), w = ${fmt(ww)}, b = ${fmt(bb)}` : `= x̂·w + b, w = ${fmt(ww)}, b = ${fmt(bb)}`, yExp),
-        line("we-y", "y from the kernel", "", yGot),
-        line("we-y-diff", "difference", "", yGot - yExp),
-      );
-    } else {
+    const xs = groupValues(v, v.r.get("x"), n, g), ys = groupValues(v, v.r.get("y"), n, g);
+    const dys = groupValues(v, v.r.get("dy"), n, g), dxs = groupValues(v, v.r.get("dx"), n, g);
+    if (xs === null) {
       box.append(h("p", { class: "nw-note" }, `Sample ${n}'s elements were not sent; select a group of the first ${v.sent} samples.`));
+      return box;
+    }
+    const [ec, es] = elementOf(v);
+    const k = (ec - c0) * v.s + es;
+    const w = at(v.r.get("weight")?.data, ec), b = at(v.r.get("bias")?.data, ec);
+    const ww = Number.isFinite(w) ? w : 1, bb = Number.isFinite(b) ? b : 0;
+    const xk = at(xs, k);
+    const xhat = (xk - mean) * rstd;
+    const z = xhat * ww + bb;
+    const silu = Boolean(param("silu"));
+    const yExp = silu ? z / (1 + Math.exp(-z)) : z;
+    const yGot = at(ys ?? undefined, k);
+    box.append(
+      h("p", { "data-testid": "we-element" }, `One element: x[${n}, ${ec}, ${spatialIndex(v, es)}] (channel ${ec}, position ${es}; click an image to choose another).`),
+      line("we-x", "x", "", xk),
+      line("we-xhat", "x̂", "= (x − μ) · rstd", xhat),
+      line("we-y-expected", "y", silu ? `= SiLU(x̂·w + b), w = ${fmt(ww)}, b = ${fmt(bb)}` : `= x̂·w + b, w = ${fmt(ww)}, b = ${fmt(bb)}`, yExp),
+      line("we-y", "y from the kernel", "", yGot),
+      line("we-y-diff", "difference", "", yGot - yExp),
+    );
+    if (dys !== null && dxs !== null) {
+      // the closed-form backward for this element, from the group's dy and x (float64 in JS)
+      const upstream = upstreamOf(v);
+      let sumG = 0, sumGX = 0;
+      for (let j = 0; j < xs.length; j++) {
+        const xh = (at(xs, j) - mean) * rstd;
+        const gj = upstream(g, j, xh, at(dys, j));
+        sumG += gj;
+        sumGX += gj * xh;
+      }
+      const m = xs.length;
+      const gk = upstream(g, k, xhat, at(dys, k));
+      const dxExp = rstd * (gk - sumG / m - (xhat * sumGX) / m);
+      const dxGot = at(dxs, k);
+      box.append(
+        line("we-dy", "dy", "", at(dys, k)),
+        line("we-g", "g = dL/dx̂", silu ? "= dy · w · SiLU′(x̂·w + b)" : "= dy · w", gk),
+        line("we-mean-g", "mean(g)", "over the group", sumG / m),
+        line("we-mean-gx", "mean(g·x̂)", "over the group", sumGX / m),
+        line("we-dx-expected", "dx", "= rstd · (g − mean(g) − x̂ · mean(g·x̂))", dxExp),
+        line("we-dx", "dx from the kernel", "", dxGot),
+        line("we-dx-diff", "difference", "", dxGot - dxExp),
+      );
     }
     return box;
   }
@@ -589,9 +797,23 @@ function render({ model, el }: RenderProps<Traits>): () => void {
     const spec: CubeSpec = { n: v.n, c: v.c, groups: v.g, spatial: v.s, sel: hover ?? v.sel };
     cubeBox.replaceChildren(
       ...KINDS.map(({ kind, title }) =>
-        h("figure", { class: "nw-cube", "data-testid": `cube-${kind}` }, cube(kind, spec), h("figcaption", {}, h("strong", {}, title(spec)), h("span", { class: "nw-sr-only" }, describe(kind, spec)))),
+        h("figure", { class: "nw-cube", "data-testid": `cube-${kind}`, "data-kind": kind }, cube(kind, spec), h("figcaption", {}, h("strong", {}, title(spec)), h("span", { class: "nw-sr-only" }, describe(kind, spec)))),
       ),
     );
+  }
+  /** Hover over the cubes: one delegated listener per drawn body (the cubes themselves redraw on every hover). */
+  function cubeHover(box: HTMLElement): void {
+    onDraw(box, "mousemove", (e) => {
+      const t = (e.target as Element | null)?.closest("[data-n]");
+      const kind = t?.closest("[data-kind]")?.getAttribute("data-kind");
+      const v = cubeView;
+      const k = KINDS.find((x) => x.kind === kind);
+      if (!t || !k || !v) return hideTip();
+      const spec: CubeSpec = { n: v.n, c: v.c, groups: v.g, spatial: v.s, sel: hover ?? v.sel };
+      const num = (a: string): number => Number(t.getAttribute(a));
+      showTip(e as MouseEvent, cellInfo(k.kind, spec, num("data-n"), num("data-c0"), num("data-c1")));
+    });
+    onDraw(box, "mouseleave", hideTip);
   }
 
   function bnVsGn(v: View): HTMLElement {
@@ -613,8 +835,8 @@ function render({ model, el }: RenderProps<Traits>): () => void {
   function normButtons(v: View): HTMLElement {
     const b1 = h("button", { type: "button", "data-testid": "g-layer" }, "G = 1 (LayerNorm)");
     const bc = h("button", { type: "button", "data-testid": "g-instance" }, "G = C (InstanceNorm)");
-    on(b1, "click", () => send("num_groups", 1));
-    on(bc, "click", () => send("num_groups", v.c));
+    onDraw(b1, "click", () => send("num_groups", 1));
+    onDraw(bc, "click", () => send("num_groups", v.c));
     return h("div", { class: "nw-buttons" }, b1, bc);
   }
 
@@ -624,48 +846,68 @@ function render({ model, el }: RenderProps<Traits>): () => void {
     results = decodeResults(model.get("results"), meta);
   }
 
-  function redraw(): void {
+  /** Redraws every view from the decoded results. With `progressive` (new results arriving on a drawn view) the
+   *  statistics section, which every control changes, is replaced at once and the other sections in the next animation
+   *  frame, so the table and heatmaps show the new numbers a frame sooner. `data-drawn` on the body says which results
+   *  version every view shows. */
+  let restFrame = 0;
+  function redraw(progressive = false): void {
+    drawn.abort();
+    drawn = new AbortController();
+    cancelAnimationFrame(restFrame);
     drawStatus();
     hideTip();
     const v = viewOf(model, results);
     if (v === null) {
       cubeView = null;
       body.replaceChildren(h("p", { class: "nw-note", "data-testid": "empty" }, "No results yet."));
+      body.dataset.drawn = String(meta?.version ?? "");
       return;
     }
     const [sn, sg] = v.sel;
     const sampleN = Math.min(Math.max(0, Number(model.get("sample")) || 0), v.n - 1);
     cubeView = v;
     cubeBox = h("div", { class: "nw-cubes" });
-    const bnBatch = field("Batch size N", batch);
-    body.replaceChildren(
-      section(
-        "Per-group statistics",
-        "stats",
-        h("div", { class: "nw-row" }, heatmap(v, "mean", "mean"), heatmap(v, "rstd", "rstd")),
-        statsTable(v),
-      ),
-      section("Who shares statistics (Wu & He, Figure 2)", "cube", cubeBox, normButtons(v), h("div", { class: "nw-row" }, bnBatch, bnVsGn(v))),
-      section(
-        `Selected group (n = ${sn}, g = ${sg})`,
-        "selected",
-        h("div", { class: "nw-row" }, histogram(groupValues(v, v.r.get("x"), sn, sg), "x", "hist-x"), histogram(groupValues(v, v.r.get("y"), sn, sg), "y", "hist-y")),
-        workedExample(v),
-      ),
-      section(`Sample n = ${sampleN}: input and output`, "images", h("div", { class: "nw-row" }, image(v, "x", sampleN, "Input x"), image(v, "y", sampleN, "Output y"))),
-      section(
-        "Gradients",
-        "gradients",
-        h("div", { class: "nw-row" }, bars(v, "dweight", "dweight"), bars(v, "dbias", "dbias"), heatmap(v, "dx_norm", "‖dx‖ per group")),
-        invariants(v),
-      ),
-    );
-    drawCubes();
-    if (refocus) {
-      const t = body.querySelector<HTMLElement>(`[data-testid="${refocus}"]`);
-      t?.focus();
-      refocus = undefined;
+    cubeHover(cubeBox);
+    const box = cubeBox;
+    const place = (node: HTMLElement): void => {
+      const old = body.querySelector(`:scope > [data-testid="${node.dataset.testid ?? ""}"]`);
+      if (old) old.replaceWith(node);
+      else body.append(node);
+    };
+    if (!body.querySelector(':scope > [data-testid="stats"]')) {
+      body.replaceChildren();
+      progressive = false;
     }
+    place(section("Per-group statistics", "stats", h("div", { class: "nw-row" }, heatmap(v, "mean", "mean"), heatmap(v, "rstd", "rstd")), statsTable(v)));
+    const rest = (): void => {
+      place(section("Who shares statistics (Wu & He, Figure 2)", "cube", box, normButtons(v), h("div", { class: "nw-row" }, field("Batch size N", batch), bnVsGn(v))));
+      place(
+        section(
+          `Selected group (n = ${sn}, g = ${sg})`,
+          "selected",
+          h("div", { class: "nw-row" }, histogram(groupValues(v, v.r.get("x"), sn, sg), "x", "hist-x"), histogram(groupValues(v, v.r.get("y"), sn, sg), "y", "hist-y")),
+          workedExample(v),
+        ),
+      );
+      place(
+        section(
+          `Sample n = ${sampleN}: input, output and gradients`,
+          "images",
+          h("div", { class: "nw-grid2" }, image(v, "x", sampleN, "Input x"), image(v, "y", sampleN, "Output y"), image(v, "dy", sampleN, "Upstream gradient dy"), image(v, "dx", sampleN, "Gradient dx")),
+        ),
+      );
+      place(section("Gradients", "gradients", h("div", { class: "nw-row" }, bars(v, "dweight", "dweight"), bars(v, "dbias", "dbias"), heatmap(v, "dx_norm", "‖dx‖ per group")), invariants(v)));
+      drawCubes();
+      if (refocus) {
+        const t = body.querySelector<HTMLElement>(`[data-testid="${refocus}"]`);
+        t?.focus();
+        refocus = undefined;
+      }
+      body.dataset.drawn = String(meta?.version ?? "");
+    };
+    if (progressive) restFrame = requestAnimationFrame(() => signal.aborted || rest());
+    else rest();
   }
 
   // one redraw per burst of change events (a kernel message sets results, results_meta, shape and status together)
@@ -678,9 +920,10 @@ function render({ model, el }: RenderProps<Traits>): () => void {
     queueMicrotask(() => {
       pending = false;
       if (signal.aborted) return;
+      const fresh = stale;
       if (stale) decode();
       stale = false;
-      redraw();
+      redraw(fresh);
     });
   };
   const onResults = (): void => schedule(true);
@@ -697,6 +940,8 @@ function render({ model, el }: RenderProps<Traits>): () => void {
     ["change:device", onStatus],
     ["change:selected", onView],
     ["change:sample", onView],
+    ["change:element", onView],
+    ["change:grad_mode", () => ((paint = null), onView())],
     ...controlTraits.map((t): [string, () => void] => [`change:${t}`, onControls]),
   ];
   for (const [ev, f] of handlers) model.on(ev, f);
@@ -707,6 +952,8 @@ function render({ model, el }: RenderProps<Traits>): () => void {
 
   return () => {
     for (const [ev, f] of handlers) model.off(ev, f);
+    cancelAnimationFrame(restFrame);
+    drawn.abort();
     ac.abort();
   };
 }
