@@ -453,3 +453,40 @@ def test_painting_dy_sends_the_mask_as_binary(page):
     np.testing.assert_array_equal(np.array(page.evaluate(PAINT), np.float32).reshape(c, s), want)
     page.locator('[data-testid="paint-clear"]').click()
     assert not any(page.evaluate(PAINT))
+
+
+CONTRAST = """() => {
+  const rgb = (s) => (s.match(/[\\d.]+/g) || []).slice(0, 3).map(Number);
+  const f = (c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; };
+  const lum = ([r, g, b]) => 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  const bgOf = (e) => { for (; e; e = e.parentElement) { const b = getComputedStyle(e).backgroundColor;
+    if (b && !b.startsWith('rgba(0, 0, 0, 0)') && b !== 'transparent') return b; } return 'rgb(255, 255, 255)'; };
+  const out = {};
+  for (const sel of ['.nw-title', '.nw-field > label', '.nw-controls select', '.nw-table td', '.nw-table th',
+                     '.nw-figure figcaption', '.nw-status', '.nw-buttons button']) {
+    const e = document.querySelector(sel);
+    const a = lum(rgb(getComputedStyle(e).color)), b = lum(rgb(bgOf(e)));
+    out[sel] = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+  }
+  return out;
+}"""
+
+# JupyterLab's dark theme's values of the variables the Explorer's CSS reads
+DARK = """() => { const s = document.documentElement.style;
+  for (const [k, v] of Object.entries({'--jp-layout-color0': '#111111', '--jp-layout-color1': '#212121',
+    '--jp-layout-color2': '#424242', '--jp-layout-color3': '#616161', '--jp-ui-font-color0': '#ffffff',
+    '--jp-ui-font-color1': 'rgba(255,255,255,0.87)', '--jp-ui-font-color2': 'rgba(255,255,255,0.54)',
+    '--jp-border-color1': '#616161', '--jp-border-color2': '#424242', '--jp-input-background': '#212121',
+    '--jp-brand-color1': '#42a5f5', '--jp-brand-color3': '#0d47a1'})) s.setProperty(k, v);
+  document.body.style.background = '#111111'; }"""
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_text_is_readable_in_jupyterlabs_light_and_dark_themes(page, theme):
+    if theme == "dark":
+        page.evaluate(DARK)
+    mount(page, state_for(compute()))
+    ratios = page.evaluate(CONTRAST)
+    # WCAG AA asks 4.5:1 for body text; secondary text (captions, status) at least 3:1
+    low = {k: round(v, 2) for k, v in ratios.items() if v < (3.0 if "caption" in k or "status" in k else 4.5)}
+    assert not low, low
