@@ -35,6 +35,7 @@ import types
 
 import numpy as np
 
+from numr_web.backends.cpu import numpy_path
 from numr_web.backends.cpu.shared import SUPERROW, channels_last_rows, empty_like_layout, refine_mean, superrow_factor
 from numr_web.dtypes import BFLOAT16
 from numr_web.numerics import REFINE_MEAN_ABOVE
@@ -254,7 +255,21 @@ def _dims(x, num_groups):
 
 
 def group_norm_forward(x, weight, bias, num_groups, eps, activation=None, *, layout):
-    """Return ``(y, mean, rstd)`` of ``x``, dense in ``layout``; see ``numr_web.backends.base.Backend``."""
+    """Return ``(y, mean, rstd)`` of ``x``, dense in ``layout``; see ``numr_web.backends.base.Backend``.
+
+    Groups whose statistics leave ``numerics.ORDINARY_RANGE`` (or are NaN) are recomputed in
+    float64, scaled by a power of two (``numpy_path.careful_forward``); the check reads only
+    the (N, G) statistics."""
+    acc = _acc_info(x.dtype)[0]
+    eps = numpy_path.compute_eps(eps, acc)
+    y, mean, rstd = _forward_kernels(x, weight, bias, num_groups, eps, activation, layout=layout)
+    if y.size and not numpy_path.ordinary(mean, rstd, acc):
+        flags = numpy_path.forward_flags(mean, rstd, acc)
+        numpy_path.careful_forward(x, y, mean, rstd, weight, bias, num_groups, eps, activation, flags)
+    return y, mean, rstd
+
+
+def _forward_kernels(x, weight, bias, num_groups, eps, activation=None, *, layout):
     N, C, G, S, channels_per_group, M = _dims(x, num_groups)
     acc, proto = _acc_info(x.dtype)
     silu = activation == "silu"
@@ -349,7 +364,24 @@ def _refined_mean(x, layout, mean_flat, rstd_flat, N, G, M):
 
 
 def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=None, *, layout):
-    """Return ``(dx, dweight, dbias)`` from the saved statistics (closed form); dy and x dense in ``layout``."""
+    """Return ``(dx, dweight, dbias)`` from the saved statistics (closed form); dy and x dense in ``layout``.
+
+    Groups whose saved statistics leave ``numerics.ORDINARY_RANGE`` get their dx recomputed in
+    float64, scaled by a power of two, and dweight/dbias come from that recomputation
+    (``numpy_path.careful_backward``)."""
+    dx, dw, db = _backward_kernels(dy, x, mean, rstd, weight, bias, num_groups, activation, layout=layout)
+    acc = _acc_info(x.dtype)[0]
+    if x.size and not numpy_path.ordinary(mean, rstd, acc):
+        flags = numpy_path.backward_flags(mean, rstd, acc)
+        if flags.any():
+            dw64, db64 = numpy_path.careful_backward(
+                dy, x, mean, rstd, weight, bias, num_groups, activation, acc, dx, flags
+            )
+            dw, db = _affine_out(dw64, db64, weight)
+    return dx, dw, db
+
+
+def _backward_kernels(dy, x, mean, rstd, weight, bias, num_groups, activation=None, *, layout):
     if dy.dtype != x.dtype:
         dy = dy.astype(x.dtype)  # (keeps the layout)
     N, C, G, S, channels_per_group, M = _dims(x, num_groups)

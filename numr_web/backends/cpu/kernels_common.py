@@ -19,6 +19,15 @@ from numr_web.backends.cpu.kernels_dtype import FASTMATH_REDUCE, acc
 
 
 @njit(cache=True)
+def inv_sqrt(v):
+    """1/sqrt(v) in float64; inf for v == 0 (a constant group with eps = 0, as PyTorch), where
+    Numba's Python error model would raise ZeroDivisionError."""
+    if v == 0.0:
+        return np.inf
+    return 1.0 / np.sqrt(v)
+
+
+@njit(cache=True)
 def split_mean(mean, proto):
     """A float64 ``mean`` -> ``(mean_hi, mean_lo)`` in the accumulation dtype of ``proto``, mean ~= hi + lo."""
     mean_hi = acc(mean, proto)

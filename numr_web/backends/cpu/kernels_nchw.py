@@ -25,6 +25,7 @@ from numba import njit, prange
 from numr_web.backends.cpu.kernels_common import (
     dx_coefficients,
     group_dx_coefficients,
+    inv_sqrt,
     sample_coefficient_tiles,
     split_mean,
 )
@@ -263,7 +264,7 @@ def fwd_nchw_groups(x3, y3, w, b, G, eps, silu, mean_out, rstd_out, proto):
     M = channels_per_group * S
     for t in prange(NG):
         mean, m2 = _slice_moments(x3[t].reshape(M), proto)
-        rstd = 1.0 / np.sqrt(m2 / M + eps)
+        rstd = inv_sqrt(m2 / M + eps)
         mean_out[t] = mean
         rstd_out[t] = rstd
         mean_hi, mean_lo = split_mean(mean, proto)
@@ -421,7 +422,7 @@ def finish_forward(mean64, m264, M, eps, w, b, mean_out, rstd_out, mhi_nc, scale
     for n in range(N):
         for g in range(G):
             mean = mean64[n, g]
-            rstd = 1.0 / np.sqrt(m264[n, g] / M + eps)
+            rstd = inv_sqrt(m264[n, g] / M + eps)
             mean_out[n, g] = mean
             rstd_out[n, g] = rstd
             mhi, mlo = split_mean(mean, proto)

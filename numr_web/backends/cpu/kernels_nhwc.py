@@ -20,6 +20,7 @@ from numba import njit, prange
 from numr_web.backends.cpu.kernels_common import (
     apply_coefficients,
     group_dx_coefficients,
+    inv_sqrt,
     repeat_tile,
     sample_coefficient_tiles,
 )
@@ -235,7 +236,7 @@ def _fwd_sample_tiles(gmean, gm2, n, Q, block_rows, M, eps, w, b, R, mT, sT, hT,
             if cnt > 0:
                 d = gmean[n, k, g] - mean
                 q += gm2[n, k, g] + cnt * d * d
-        rstd = 1.0 / np.sqrt(q / M + eps)
+        rstd = inv_sqrt(q / M + eps)
         mean_out[n, g] = mean
         rstd_out[n, g] = rstd
         gmu[g] = mean

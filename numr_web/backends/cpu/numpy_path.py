@@ -36,7 +36,14 @@ from numr_web.backends.cpu.shared import (
     split_mean,
     superrow_factor,
 )
-from numr_web.numerics import PLAIN_APPLY_LIMIT, POOR_SHIFT_RATIO, REFINE_MEAN_ABOVE, UNCENTRED_SUMS_LIMIT
+from numr_web.numerics import (
+    ORDINARY_RANGE,
+    PLAIN_APPLY_LIMIT,
+    POOR_SHIFT_RATIO,
+    REFINE_MEAN_ABOVE,
+    UNCENTRED_SUMS_LIMIT,
+    eps_as_float32,
+)
 from numr_web.schema import schema
 
 GROUP_NORM = schema("group_norm")
@@ -317,13 +324,15 @@ def fast_statistics(x, loops, compute_dtype):
 def group_norm_forward(x, weight, bias, num_groups, eps, activation=None, *, layout):
     """``(y, mean, rstd)`` of ``x``, dense in ``layout``; see ``numr_web.backends.base.Backend``."""
     compute_dtype = np.dtype(GROUP_NORM.compute_dtype(x.dtype))
+    eps = compute_eps(eps, compute_dtype)
     # 16-bit storage: one conversion serves the statistics and the apply (astype keeps the layout)
     xs = x if x.dtype == compute_dtype else x.astype(compute_dtype)
     loops = _Loops(xs, num_groups, layout)
     mean, var = fast_statistics(xs, loops, compute_dtype)
     if var is None:
         mean, var = group_statistics(xs, loops, compute_dtype, centre=mean)
-    rstd64 = 1.0 / np.sqrt(var + eps)
+    with np.errstate(divide="ignore"):  # a constant group with eps = 0: rstd = inf (as PyTorch)
+        rstd64 = 1.0 / np.sqrt(var + eps)
     mean_hi, mean_lo = split_mean(mean, compute_dtype)
     rstd = rstd64.astype(compute_dtype)
     scale, shift = _affine_coefficients(
@@ -337,7 +346,8 @@ def group_norm_forward(x, weight, bias, num_groups, eps, activation=None, *, lay
         direct = yv if y.dtype == compute_dtype else (xv if xs is not x else None)
         with np.errstate(invalid="ignore", over="ignore"), _row_loops(loops.row_length):
             finite = np.abs(mean) * rstd64
-            plain = compute_dtype == np.float64 or not np.any(finite > PLAIN_APPLY_LIMIT)
+            # (float64 too: x * scale - mean * scale left a one-element group of 1e10 off by 3e-4)
+            plain = not np.any(finite > PLAIN_APPLY_LIMIT)
             if plain:
                 # x * scale + (shift - mean_hi * scale): one pass fewer, exact enough here
                 t = np.multiply(xv, loops.channel(scale), dtype=compute_dtype, out=direct)
@@ -351,7 +361,11 @@ def group_norm_forward(x, weight, bias, num_groups, eps, activation=None, *, lay
                 _silu_inplace(t)
         if y.dtype != compute_dtype:
             store(yv, t)
-    return y, mean.astype(compute_dtype), rstd
+    mean = mean.astype(compute_dtype)
+    if y.size and not ordinary(mean, rstd64, compute_dtype):
+        flags = forward_flags(mean, rstd64, compute_dtype)
+        careful_forward(x, y, mean, rstd, weight, bias, num_groups, eps, activation, flags)
+    return y, mean, rstd
 
 
 def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=None, *, layout):
@@ -416,6 +430,14 @@ def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=
         _combine_dx(loops, t, dz, xt, c1, c2, c3, compute_dtype)
         if dx.dtype != compute_dtype:
             store(dxv, t)
+    if not ordinary(mean, rstd, compute_dtype):
+        flags = backward_flags(mean, rstd, compute_dtype)
+        if flags.any():
+            dw, db = careful_backward(dy, x, mean, rstd, weight, bias, num_groups, activation, compute_dtype, dx, flags)
+            if weight is None:
+                return dx, None, None
+            weight_dtype = np.asarray(weight).dtype
+            return dx, dw.astype(weight_dtype), db.astype(weight_dtype)
     if weight is None:
         return dx, None, None
     weight_dtype = np.asarray(weight).dtype
@@ -484,3 +506,149 @@ def _combine_dx(loops, t, dzv, xv, c1, c2, c3, compute_dtype):
             np.multiply(xr[r0:r1], c2r[r0:r1], out=s)
             s += c3r[r0:r1]
             rows[r0:r1] += s
+
+
+# -- groups outside the ordinary range: float64, scaled by a power of two ---------------------
+#
+# The kernels (NumPy above, Numba, WGSL) are exact enough where ``numerics.ORDINARY_RANGE`` holds.
+# Outside it -- float32 std beyond 7e16 or below 1.4e-17 (eps = 0), |x| near float32's limit,
+# float64 |x| beyond ~1e120 (squares overflow at 1e154), a constant group with eps = 0, NaN
+# statistics from overflowed sums -- the CPU paths recompute the affected groups here, in float64
+# on values scaled by a power of two (exact), so nothing overflows or leaves the normal range.
+# What it costs ordinary inputs: ``ordinary``, four reductions over the (N, G) statistics.
+
+
+def compute_eps(eps, compute_dtype):
+    """eps as the computation holds it: float32 arithmetic rounds it to float32 (inf beyond its
+    range, as on WebGPU and in PyTorch's float32 kernels); float64 keeps it."""
+    return eps_as_float32(eps) if np.dtype(compute_dtype) == np.float32 else float(eps)
+
+
+def _limits(compute_dtype):
+    e, f = ORDINARY_RANGE[np.dtype(compute_dtype).name]
+    return 2.0**-e, 2.0**e, 2.0**f
+
+
+def ordinary(mean, rstd, compute_dtype):
+    """Whether every group's (mean, rstd) lies in the ordinary range (False where any is NaN)."""
+    if np.size(mean) == 0:
+        return True
+    mean, rstd = np.asarray(mean), np.asarray(rstd)
+    lo, hi, top = _limits(compute_dtype)
+    return bool(lo <= rstd.min() and rstd.max() <= hi and -top <= mean.min() and mean.max() <= top)
+
+
+def forward_flags(mean, rstd, compute_dtype):
+    """(N, G): the groups whose statistics lie outside the ordinary range, or are NaN."""
+    lo, hi, top = _limits(compute_dtype)
+    with np.errstate(invalid="ignore"):
+        return ~((rstd >= lo) & (rstd <= hi) & (np.abs(mean) <= top))
+
+
+def backward_flags(mean, rstd, compute_dtype):
+    """(N, G): the groups whose saved statistics lie outside the ordinary range (NaN ones not:
+    the kernels already give them NaN dx)."""
+    lo, hi, top = _limits(compute_dtype)
+    mean = np.asarray(mean, np.float64)
+    rstd = np.asarray(rstd, np.float64)
+    with np.errstate(invalid="ignore"):
+        return (rstd < lo) | (rstd > hi) | (np.abs(mean) > top)
+
+
+def _group_view(a, num_groups):
+    """An (N, C, *S) array in either layout as its (N, G, C/G, *S) view (splitting C never copies)."""
+    return a.reshape((a.shape[0], num_groups, a.shape[1] // num_groups) + a.shape[2:])
+
+
+def _power_scale(amax):
+    """2**-e with ``amax * 2**-e`` in [0.5, 1), e clipped to [-1000, 1000] (1 for 0, inf, NaN):
+    scaled values and their squares stay finite and, against the largest, normal."""
+    return np.ldexp(1.0, -np.clip(np.frexp(amax)[1], -1000, 1000))
+
+
+def careful_statistics(xf, eps):
+    """(mean, rstd, xhat) of the rows of ``xf`` (k, M) float64, a scratch array it overwrites.
+
+    The rows are scaled by a power of two to a largest magnitude in [0.5, 1), a two-pass mean
+    and variance taken there, and rstd = s / sqrt(var_s + eps * s**2) (= 1/sqrt(var + eps)).
+    A row with a NaN or an infinity gets NaN mean, rstd and xhat; a constant row with eps = 0
+    rstd = inf and xhat NaN (as PyTorch)."""
+    with np.errstate(all="ignore"):
+        finite = np.isfinite(xf).all(axis=1)
+        s = _power_scale(np.abs(xf).max(axis=1, initial=0.0))
+        xf *= s[:, None]
+        mu = xf.mean(axis=1)
+        xf -= mu[:, None]
+        r = xf.mean(axis=1)
+        xf -= r[:, None]
+        mu += r
+        var = np.mean(xf * xf, axis=1)
+        es2 = eps * s * s  # inf only where eps dwarfs var (var_s <= 1, s**2 > 1e308)
+        inv = np.where(np.isfinite(es2), 1.0 / np.sqrt(var + es2), 1.0 / (np.sqrt(eps) * s))
+        xf *= inv[:, None]
+        mean = np.where(finite, mu / s, np.nan)
+        rstd = np.where(finite, inv * s, np.nan)
+    xf[~finite] = np.nan
+    return mean, rstd, xf
+
+
+def careful_forward(x, y, mean, rstd, weight, bias, num_groups, eps, activation, flags):
+    """Recompute the flagged (n, g) groups of y, mean and rstd in place (see careful_statistics)."""
+    n_idx, g_idx = np.nonzero(flags)
+    if n_idx.size == 0:
+        return
+    k = n_idx.size
+    cpg = x.shape[1] // num_groups
+    xf = np.array(_group_view(x, num_groups)[n_idx, g_idx], np.float64).reshape(k, -1)  # a copy
+    m, r, t = careful_statistics(xf, eps)
+    t = t.reshape(k, cpg, -1)
+    with np.errstate(all="ignore"):
+        if weight is not None:
+            t *= np.asarray(weight, np.float64).reshape(num_groups, cpg)[g_idx][:, :, None]
+        if bias is not None:
+            t += np.asarray(bias, np.float64).reshape(num_groups, cpg)[g_idx][:, :, None]
+        if activation == "silu":
+            t /= 1.0 + np.exp(-t)
+    yv = _group_view(y, num_groups)
+    yv[n_idx, g_idx] = t.reshape((k,) + yv.shape[2:]).astype(y.dtype)
+    mean[n_idx, g_idx] = m
+    rstd[n_idx, g_idx] = r
+
+
+def careful_backward(dy, x, mean, rstd, weight, bias, num_groups, activation, compute_dtype, dx, flags):
+    """dx of the flagged groups (in place) and dweight, dbias (float64, every group), in float64
+    from the saved statistics, on values scaled per group by a power of two."""
+    n, c = x.shape[:2]
+    g, cpg = num_groups, c // num_groups
+    shape = (n, g, cpg, -1)
+    xf = np.array(_group_view(x, g), np.float64).reshape(shape)  # copies: both are overwritten
+    dz = np.array(_group_view(dy, g), np.float64).reshape(shape)
+    m = np.asarray(mean, np.float64).reshape(n, g)
+    r = np.asarray(rstd, np.float64).reshape(n, g)
+    with np.errstate(all="ignore"):
+        s = _power_scale(np.maximum(np.abs(xf).max(axis=(2, 3), initial=0.0), np.abs(m)))
+        xf *= s[:, :, None, None]
+        xf -= (m * s)[:, :, None, None]
+        if np.dtype(compute_dtype) == np.float32:
+            # the float32-saved mean's lost low part, trusted within its own rounding (as the kernels)
+            lo = xf.mean(axis=(2, 3))
+            ulp = np.spacing(np.abs(m).astype(np.float32)).astype(np.float64) * s
+            xf -= np.where(np.abs(lo) <= ulp, lo, 0.0)[:, :, None, None]
+        xf *= (r / s)[:, :, None, None]  # xhat
+        w = np.ones((1, g, cpg, 1)) if weight is None else np.asarray(weight, np.float64).reshape(1, g, cpg, 1)
+        if activation == "silu":
+            z = xf * w
+            if bias is not None:
+                z += np.asarray(bias, np.float64).reshape(1, g, cpg, 1)
+            sig = 1.0 / (1.0 + np.exp(-z))
+            dz *= sig * (1.0 + z * (1.0 - sig))
+        gw = dz * w
+        mg = gw.mean(axis=(2, 3), keepdims=True)
+        mgx = (gw * xf).mean(axis=(2, 3), keepdims=True)
+        dxf = r[:, :, None, None] * (gw - mg - xf * mgx)
+        dw = (dz * xf).sum(axis=(0, 3)).reshape(c)
+        db = dz.sum(axis=(0, 3)).reshape(c)
+    n_idx, g_idx = np.nonzero(flags)
+    dxv = _group_view(dx, g)
+    dxv[n_idx, g_idx] = dxf[n_idx, g_idx].reshape((n_idx.size,) + dxv.shape[2:]).astype(dx.dtype)
+    return dw, db
