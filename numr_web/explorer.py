@@ -10,7 +10,9 @@ numr_web computes, the front-end draws: every control change that the
 contract lists as a recompute trigger runs the forward (y, mean, rstd) and
 the closed-form backward (dx, dweight, dbias) through ``numr_web.ops`` on the
 Explorer's device, plus the contract's per-group and per-channel extras, and
-sends them as ONE float32 ``results`` Bytes trait described by ``results_meta``.
+sends them as float32 Bytes traits described by ``results_meta``: ``results`` holds what every recompute
+changes, ``input_data`` what depends on the input and dy alone (x, dy, the BatchNorm statistics, the affine), so
+a G, eps or SiLU change sends only the first (an unchanged Bytes trait is not sent again).
 
 NumPy-free on WebGPU: a generated input is made with Python's ``random`` and
 ``array.array`` and uploaded with ``numr_web.webgpu.from_buffer``.  Where
@@ -69,7 +71,7 @@ RECOMPUTE = (
     "batch",
     "max_samples",
 )
-#: the arrays of ``results``, in the order they lie in it
+#: the arrays of ``results`` and ``input_data``, in the order they lie in them
 RESULTS = (
     "x",
     "y",
@@ -87,6 +89,8 @@ RESULTS = (
     "weight",
     "bias",
 )
+#: the arrays that travel in ``input_data``: they change with the input and dy only
+INPUTS = ("x", "dy", "bn_mean", "bn_var", "weight", "bias")
 DTYPES = ("float32", "float16", "bfloat16")
 LAYOUTS = ("nchw", "nhwc")
 GRAD_MODES = ("ones", "random", "loss", "painted")
@@ -205,6 +209,7 @@ class Explorer(anywidget.AnyWidget):
     device = traitlets.Unicode("").tag(sync=True)
     status = traitlets.Unicode("computing").tag(sync=True)
     results = traitlets.Bytes(b"").tag(sync=True)
+    input_data = traitlets.Bytes(b"").tag(sync=True)
     results_meta = traitlets.Dict().tag(sync=True)
     # JS -> Python
     num_groups = traitlets.Int(32).tag(sync=True)
@@ -331,7 +336,7 @@ class Explorer(anywidget.AnyWidget):
 
     def decode(self):
         """The ``results`` trait decoded: {name: (shape, array.array("f"))} (NumPy-free)."""
-        return decode_results(self.results, self.results_meta)
+        return decode_results(self.results, self.results_meta, self.input_data)
 
     async def wait(self):
         """Awaits a recompute in flight (where it runs as an asyncio task)."""
@@ -625,17 +630,19 @@ class Explorer(anywidget.AnyWidget):
         per_sample = math.prod(shape[1:])
         want = int(self.max_samples) if self.max_samples > 0 else SAMPLE_BUDGET // per_sample
         sent = min(n, max(1, want))
-        blob = bytearray()
+        blobs = {"results": bytearray(), "input_data": bytearray()}
         meta = {}
         for name in RESULTS:
             raw, ashape = parts[name]
             if name in ("x", "y", "dy", "dx") and sent < n:
                 raw = memoryview(raw)[: len(raw) // n * sent]
                 ashape = [sent, *ashape[1:]]
-            meta[name] = {"offset": len(blob), "shape": list(ashape)}
+            trait = "input_data" if name in INPUTS else "results"
+            blob = blobs[trait]
+            meta[name] = {"offset": len(blob), "shape": list(ashape), "trait": trait}
             blob += raw
         last = {"x": x, "dy": dy, "y": y, "mean": mean, "rstd": rstd, "dx": dx, "dweight": dweight, "dbias": dbias}
-        return bytes(blob), meta, last
+        return {k: bytes(b) for k, b in blobs.items()}, meta, last
 
     def _read(self, a):
         """Generator step: (float32 C-order bytes, shape) of a device array (WebGPU: yielded to the driver)."""
@@ -653,11 +660,12 @@ class Explorer(anywidget.AnyWidget):
         xp = sys.modules["numpy"] if self._dev == "cpu" else __import__("cupy")
         return xp.ascontiguousarray(a, dtype=xp.float32)
 
-    def _publish(self, blob, meta, last):
+    def _publish(self, blobs, meta, last):
         self._last = last
         self._version += 1
         with self.hold_sync():
-            self.results = blob
+            self.results = blobs["results"]
+            self.input_data = blobs["input_data"]  # not sent again when equal to the last
             # the controls these results were computed with (a trait may already be ahead of them)
             self.results_meta = {
                 "version": self._version,
@@ -731,14 +739,15 @@ def _read_bytes(a) -> bytes:
     return a.tobytes()
 
 
-def decode_results(results, meta) -> dict:
-    """``results`` + ``results_meta`` -> {name: (shape, array.array("f"))}, NumPy-free."""
-    raw = memoryview(bytes(results))
+def decode_results(results, meta, input_data=b"") -> dict:
+    """``results`` + ``results_meta`` (+ ``input_data``) -> {name: (shape, array.array("f"))}, NumPy-free."""
+    raws = {"results": memoryview(bytes(results)), "input_data": memoryview(bytes(input_data))}
     out = {}
     for name, info in meta.get("arrays", {}).items():
         shape = tuple(info["shape"])
         count = math.prod(shape)
         start = info["offset"]
+        raw = raws[info.get("trait", "results")]
         vals = array.array("f")
         vals.frombytes(raw[start : start + 4 * count])
         if sys.byteorder != "little":

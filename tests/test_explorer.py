@@ -236,16 +236,34 @@ def test_results_layout_is_the_contract():
     meta = e.results_meta
     assert set(meta) == {"version", "arrays", "eps", "dtype", "silu"}
     assert (meta["eps"], meta["dtype"], meta["silu"]) == (1e-3, "float32", True)
-    assert isinstance(e.results, bytes)
-    names = {"x", "y", "mean", "rstd", "dy", "dx", "dweight", "dbias", "dx_norm", "dx_sum", "dx_dot_xhat"}
-    assert set(meta["arrays"]) == names | {"bn_mean", "bn_var"}
-    end = 0
-    for info in meta["arrays"].values():
-        assert info["offset"] == end and info["offset"] % 4 == 0
-        end += 4 * int(np.prod(info["shape"]))
-    assert end == len(e.results)
+    assert isinstance(e.results, bytes) and isinstance(e.input_data, bytes)
+    changing = {"y", "mean", "rstd", "dx", "dweight", "dbias", "dx_norm", "dx_sum", "dx_dot_xhat"}
+    fixed = {"x", "dy", "bn_mean", "bn_var", "weight", "bias"}
+    assert set(meta["arrays"]) == changing | fixed
+    ends = {"results": 0, "input_data": 0}
+    for name, info in meta["arrays"].items():
+        trait = info["trait"]
+        assert trait == ("input_data" if name in fixed else "results"), name
+        assert info["offset"] == ends[trait] and info["offset"] % 4 == 0
+        ends[trait] += 4 * int(np.prod(info["shape"]))
+    assert ends == {"results": len(e.results), "input_data": len(e.input_data)}
     state = e.get_state()
     assert isinstance(state["results"], (bytes, memoryview)) and isinstance(state["results_meta"], dict)
+
+
+def test_a_g_change_sends_the_inputs_buffer_no_more():
+    """x, dy and what depends on them alone travel in ``input_data``, which a G, eps or SiLU change leaves equal:
+    traitlets (and so the comm) sees no change there; a seed change does."""
+    e = Explorer(device="cpu", num_groups=4)
+    sent = []
+    e.observe(lambda ch: sent.append(ch["name"]), names=["results", "input_data"])
+    e.num_groups = 8
+    e.eps = 1e-2
+    e.silu = True
+    assert sent == ["results"] * 3
+    e.seed = 5
+    assert sent[-2:] == ["results", "input_data"]
+    check_against_numr_web(e)
 
 
 def test_bad_arguments_raise_clear_errors():

@@ -490,3 +490,28 @@ def test_text_is_readable_in_jupyterlabs_light_and_dark_themes(page, theme):
     # WCAG AA asks 4.5:1 for body text; secondary text (captions, status) at least 3:1
     low = {k: round(v, 2) for k, v in ratios.items() if v < (3.0 if "caption" in k or "status" in k else 4.5)}
     assert not low, low
+
+
+def test_arrays_split_over_results_and_input_data_decode_alike(page):
+    """The kernel sends what a G change leaves equal (x, dy, ...) in a second Bytes trait, input_data."""
+    arrays = compute(affine=True)
+    fixed = {k: v for k, v in arrays.items() if k in ("x", "dy", "bn_mean", "bn_var", "weight", "bias")}
+    changing = {k: v for k, v in arrays.items() if k not in fixed}
+    b64, meta = pack(changing)
+    b64_in, meta_in = pack(fixed)
+    for info in meta_in["arrays"].values():
+        info["trait"] = "input_data"
+    meta["arrays"].update(meta_in["arrays"])
+    st = state_for(arrays)
+    st.update(results_b64=b64, input_data_b64=b64_in, results_meta=meta)
+    mount(page, st)
+    assert_stats_table(page, arrays)
+    np.testing.assert_allclose(float(text(page, "we-x")), arrays["x"][0, 0, 0, 0], rtol=1e-6)
+    np.testing.assert_allclose(float(text(page, "we-dx")), arrays["dx"][0, 0, 0, 0], rtol=1e-6)
+    # new results with the same input_data (a G change sends only results): x still decodes
+    new = compute(affine=True, g=2)
+    b64_2, meta_2 = pack({k: v for k, v in new.items() if k not in fixed}, version=2)
+    meta_2["arrays"].update(meta_in["arrays"])
+    page.evaluate("(p) => window.pyUpdate(p)", {"results_b64": b64_2, "results_meta": meta_2, "num_groups": 2})
+    assert_stats_table(page, new)
+    np.testing.assert_allclose(float(text(page, "we-x")), arrays["x"][0, 0, 0, 0], rtol=1e-6)

@@ -41,11 +41,13 @@ class Model {
   handlerCount() { let n = 0; for (const s of this.handlers.values()) n += s.size; return n; }
 }
 
+// every "<trait>_b64" key becomes the binary trait "<trait>" (results, input_data)
 function decodeState(state, kind) {
   const out = { ...state };
-  if ("results_b64" in out) {
-    out.results = bytesFrom(out.results_b64, kind);
-    delete out.results_b64;
+  for (const key of Object.keys(out)) {
+    if (!key.endsWith("_b64")) continue;
+    out[key.slice(0, -4)] = bytesFrom(out[key], kind);
+    delete out[key];
   }
   return out;
 }

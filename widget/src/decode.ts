@@ -4,6 +4,8 @@
 export interface ArrayMeta {
   offset: number;
   shape: number[];
+  /** The Bytes trait the array lies in: "results" (the default) or "input_data". */
+  trait: string;
 }
 
 export interface ResultsMeta {
@@ -36,21 +38,23 @@ export function parseMeta(raw: unknown): ResultsMeta | null {
   if (typeof m.arrays !== "object" || m.arrays === null) return null;
   const arrays: Record<string, ArrayMeta> = {};
   for (const [name, a] of Object.entries(m.arrays as Record<string, unknown>)) {
-    const am = a as { offset?: unknown; shape?: unknown };
+    const am = a as { offset?: unknown; shape?: unknown; trait?: unknown };
     if (typeof am.offset !== "number" || !Array.isArray(am.shape)) continue;
-    arrays[name] = { offset: am.offset, shape: (am.shape as unknown[]).map(Number) };
+    arrays[name] = { offset: am.offset, shape: (am.shape as unknown[]).map(Number), trait: typeof am.trait === "string" ? am.trait : "results" };
   }
   const extra: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(m)) if (k !== "version" && k !== "arrays") extra[k] = v;
   return { version: typeof m.version === "number" ? m.version : 0, arrays, extra };
 }
 
-/** Float32Arrays for every array in `meta` that lies wholly inside `raw`; a short buffer drops the array, it never throws. */
-export function decodeResults(raw: unknown, meta: ResultsMeta | null): Results {
+/** Float32Arrays for every array in `meta` that lies wholly inside its buffer (`buffers[trait]`); a short or missing
+ *  buffer drops the array, it never throws. */
+export function decodeResults(buffers: Record<string, unknown>, meta: ResultsMeta | null): Results {
   const out: Results = new Map();
-  const bytes = asBytes(raw);
-  if (bytes === null || meta === null) return out;
-  for (const [name, { offset, shape }] of Object.entries(meta.arrays)) {
+  if (meta === null) return out;
+  for (const [name, { offset, shape, trait }] of Object.entries(meta.arrays)) {
+    const bytes = asBytes(buffers[trait]);
+    if (bytes === null) continue;
     const count = shape.reduce((a, b) => a * b, 1);
     if (offset < 0 || offset + 4 * count > bytes.byteLength) continue;
     const start = bytes.byteOffset + offset;

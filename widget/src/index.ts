@@ -11,6 +11,7 @@ interface Traits {
   device: string;
   status: string;
   results: unknown;
+  input_data: unknown;
   results_meta: unknown;
   num_groups: number;
   eps: number;
@@ -843,7 +844,7 @@ function render({ model, el }: RenderProps<Traits>): () => void {
   // ---- redraw ---------------------------------------------------------------------------------------------
   function decode(): void {
     meta = parseMeta(model.get("results_meta"));
-    results = decodeResults(model.get("results"), meta);
+    results = decodeResults({ results: model.get("results"), input_data: model.get("input_data") }, meta);
   }
 
   /** Redraws every view from the decoded results. With `progressive` (new results arriving on a drawn view) the
@@ -935,6 +936,7 @@ function render({ model, el }: RenderProps<Traits>): () => void {
   const controlTraits = ["shape", "num_groups", "eps", "offset", "scale", "channel_spread", "outlier_channel", "seed", "dtype", "memory_layout", "silu", "grad_mode", "batch", "sample"];
   const handlers: [string, () => void][] = [
     ["change:results", onResults],
+    ["change:input_data", onResults],
     ["change:results_meta", onResults],
     ["change:status", () => (String(model.get("status")) === "computing" ? onStatus() : onView())],
     ["change:device", onStatus],
