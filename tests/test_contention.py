@@ -121,3 +121,159 @@ def test_bench_contend_leaves_no_orphans_when_killed():
     proc.kill()
     proc.communicate(timeout=60)
     assert wait_gone(pids) == []
+
+
+# -- the fused path's threads on a shared machine (numr_web/backends/cpu/threads.py) ----------------
+def _fused_or_skip():
+    from conftest import require_target
+
+    require_target("cpu-fused")
+
+
+def _python(code, **env):
+    full = dict(os.environ, **env)
+    for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "NUMR_WEB_CPU_THREADS"):
+        if k not in env:
+            full.pop(k, None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=full)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+POLICY = """
+import os
+import numpy as np
+import numr_web
+from numr_web.backends import get_backend
+from numr_web.backends.cpu import fused, threads
+get_backend("cpu").path = "fused"
+numr_web.group_norm(np.ones((2, 64, 32, 32), np.float32), 32)
+print(repr(threads.policy()))
+print(repr(os.environ.get("OMP_WAIT_POLICY")))
+print(repr(fused.threading_layer()))
+"""
+
+
+def test_openmp_waits_passively_and_the_environment_is_restored():
+    _fused_or_skip()
+    policy, env_after, layer = _python(POLICY).splitlines()
+    if layer != "'omp'":
+        pytest.skip(f"Numba's threading layer here is {layer}, not OpenMP")
+    assert "OMP_WAIT_POLICY=passive" in policy
+    assert env_after == "None"  # child processes and other runtimes see the user's environment
+
+
+def test_a_users_wait_policy_wins():
+    _fused_or_skip()
+    policy, env_after, layer = _python(POLICY, OMP_WAIT_POLICY="active").splitlines()
+    if layer != "'omp'":
+        pytest.skip(f"Numba's threading layer here is {layer}, not OpenMP")
+    assert "the user's OMP_WAIT_POLICY=active" in policy and env_after == "'active'"
+
+
+def test_threads_are_capped_at_the_usable_cores():
+    _fused_or_skip()
+    if not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2:
+        pytest.skip("needs CPU affinity and two cores")
+    code = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+        "from numr_web.backends.cpu import fused, threads\n"
+        "import numba\n"
+        "print(fused.num_threads(), numba.get_num_threads(), threads.usable_cores())\n"
+    )
+    ours, numbas, cores = map(int, _python(code).split())
+    assert cores == 1 and ours == 1 and numbas >= 1
+
+
+@pytest.fixture
+def recorded_thread_counts(monkeypatch):
+    """The thread counts the fused entry points set (through threads._set)."""
+    _fused_or_skip()
+    from numr_web.backends.cpu import fused, threads
+
+    fused.available()
+    threads.start_runtime()
+    seen = []
+    original = threads._set
+
+    def recording(n):
+        seen.append(n)
+        original(n)
+
+    monkeypatch.setattr(threads, "_set", recording)
+    monkeypatch.setattr(threads, "_stats", {})
+    return seen
+
+
+def _fwd_bwd(shape, groups=4):
+    import numpy as np
+
+    import numr_web
+    from numr_web.backends import get_backend
+
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    with get_backend("cpu").using_path("fused"):
+        y, mean, rstd = numr_web.ops.group_norm_forward(x, None, None, groups)
+        dx = numr_web.ops.group_norm_backward(x, x, mean, rstd, None, groups)[0]
+    return y, dx
+
+
+def test_small_calls_run_on_one_thread(recorded_thread_counts):
+    from numr_web.backends.cpu import threads
+
+    if min(threads._get(), threads.usable_cores()) < 2:
+        pytest.skip("one thread here anyway")
+    _fwd_bwd((2, 8, 8, 8))  # 1024 elements
+    assert recorded_thread_counts and recorded_thread_counts[0] == 1  # set to 1, then restored
+
+
+def test_serial_and_parallel_give_bitwise_equal_results(monkeypatch):
+    _fused_or_skip()
+    import numpy as np
+
+    shape = (2, 64, 48, 48)  # above SERIAL_BELOW
+    monkeypatch.setenv("NUMR_WEB_CPU_THREADS", "serial")
+    y1, dx1 = _fwd_bwd(shape, 32)
+    monkeypatch.setenv("NUMR_WEB_CPU_THREADS", "parallel")
+    y2, dx2 = _fwd_bwd(shape, 32)
+    np.testing.assert_array_equal(y1, y2)
+    np.testing.assert_array_equal(dx1, dx2)
+
+
+def test_a_bad_thread_mode_names_the_variable(monkeypatch):
+    _fused_or_skip()
+    monkeypatch.setenv("NUMR_WEB_CPU_THREADS", "many")
+    with pytest.raises(ValueError, match="NUMR_WEB_CPU_THREADS: expected one of"):
+        _fwd_bwd((2, 64, 48, 48), 32)
+
+
+def test_the_chooser_follows_the_faster_mode_and_probes_with_backoff(monkeypatch):
+    from numr_web.backends.cpu import threads
+
+    monkeypatch.setattr(threads, "_stats", {})
+    key = ("forward", "nchw", 21)
+    cost = {threads._PAR: 1.0, threads._SER: 2.0}  # seconds per element, made up
+    picks = []
+    for _ in range(200):
+        which, entry, probe = threads._choose(key)
+        picks.append((which, probe))
+        if entry is not None:
+            threads._record(entry, which, cost[which], probe)
+    steady = [w for w, p in picks[10:] if not p]
+    assert set(steady) == {threads._PAR}  # parallel is faster: it runs
+    probes = [i for i, (w, p) in enumerate(picks) if p]
+    assert all(picks[i][0] == threads._SER for i in probes)
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert gaps == sorted(gaps) and gaps[-1] > gaps[0]  # the losing mode is probed less and less
+    # the machine gets busy: parallel now costs 10, serial 3; the next probe of serial switches
+    cost = {threads._PAR: 10.0, threads._SER: 3.0}
+    for _ in range(3 * threads.PROBE_MAX):
+        which, entry, probe = threads._choose(key)
+        if entry is not None:
+            threads._record(entry, which, cost[which], probe)
+    tail = []
+    for _ in range(20):
+        which, entry, probe = threads._choose(key)
+        tail.append((which, probe))
+        threads._record(entry, which, cost[which], probe)
+    assert [w for w, p in tail if not p] and {w for w, p in tail if not p} == {threads._SER}

@@ -117,6 +117,7 @@ class CpuBackend(Backend):
         if ok:
             d["numba threading layer"] = fused.threading_layer()
             d["numba threads"] = fused.num_threads()
+            d["numba wait policy"] = fused.cpu_threads.policy()
         return d
 
     # -- transfers and layouts ---------------------------------------------------

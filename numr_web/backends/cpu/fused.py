@@ -36,6 +36,7 @@ import types
 import numpy as np
 
 from numr_web.backends.cpu import numpy_path
+from numr_web.backends.cpu import threads as cpu_threads
 from numr_web.backends.cpu.shared import SUPERROW, channels_last_rows, empty_like_layout, refine_mean, superrow_factor
 from numr_web.dtypes import BFLOAT16
 from numr_web.numerics import REFINE_MEAN_ABOVE
@@ -78,6 +79,7 @@ def _load_kernels():
         _import_error = f"{type(exc).__name__}: {exc}"
         return None
     _kernels = types.SimpleNamespace(nchw=kernels_nchw, nhwc=kernels_nhwc, common=kernels_common)
+    cpu_threads.start_runtime()  # before any parallel kernel: the wait policy (threads.py)
     return _kernels
 
 
@@ -102,12 +104,13 @@ def available() -> tuple[bool, str]:
 
 
 def num_threads() -> int:
-    """Threads the kernels run on (Numba's setting; ``NUMBA_NUM_THREADS`` or ``numba.set_num_threads``)."""
+    """Threads a large call may run on: Numba's setting (``NUMBA_NUM_THREADS`` or ``numba.set_num_threads``)
+    capped at the cores this process may use; busy machines and small calls use fewer (``cpu.threads``)."""
     if _load_kernels() is None:
         return 0
     import numba
 
-    return numba.get_num_threads()
+    return min(numba.get_num_threads(), cpu_threads.usable_cores())
 
 
 def threading_layer() -> str:
@@ -254,6 +257,7 @@ def _dims(x, num_groups):
     return N, C, G, S, channels_per_group, channels_per_group * S
 
 
+@cpu_threads.policy_call("forward")
 def group_norm_forward(x, weight, bias, num_groups, eps, activation=None, *, layout):
     """Return ``(y, mean, rstd)`` of ``x``, dense in ``layout``; see ``numr_web.backends.base.Backend``.
 
@@ -363,6 +367,7 @@ def _refined_mean(x, layout, mean_flat, rstd_flat, N, G, M):
     return (mean_hi + np.where(need, lo, 0.0)).reshape(-1)
 
 
+@cpu_threads.policy_call("backward")
 def group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation=None, *, layout):
     """Return ``(dx, dweight, dbias)`` from the saved statistics (closed form); dy and x dense in ``layout``.
 
