@@ -276,6 +276,7 @@ def build(output=DEFAULT_OUTPUT, *, log=_say) -> dict:
             "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         (built / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+        (built / ".nojekyll").write_text("")  # GitHub Pages: serve every file as it is, no Jekyll
         if out.exists():
             shutil.rmtree(out)
         out.parent.mkdir(parents=True, exist_ok=True)

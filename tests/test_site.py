@@ -171,6 +171,7 @@ def test_site_contents(built):
     assert notebooks == sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")), notebooks
     assert stamp["notebooks"] == notebooks
     assert not list(built.rglob("*.js.map")), "source maps in the site (--no-sourcemaps)"
+    assert (built / ".nojekyll").is_file()
     # the wheel carries the Explorer's front-end bundle and the WGSL kernels
     (wheel,) = (built / "pypi").glob("numr_web-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
