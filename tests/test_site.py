@@ -14,9 +14,10 @@ loads, downloaded from PyPI into tests/site/.wheels/, which git ignores).  In th
 * no request fails (a CDN file missing from the stand-in counts as failed).
 
 Cold start, from opening the page (a fresh browser context: empty cache) to the first output and
-to the Explorer drawn, is printed (``pytest tests/test_site.py -s -k cold``).  NumPy inside Pyodide
-cannot be had offline, so notebooks that import NumPy are not run in the browser here; the test
-prints which (they run under CPython in tests/test_notebooks.py).
+to the Explorer drawn, is printed (``pytest tests/test_site.py -s -k cold_start``); with
+NUMR_WEB_PLAYGROUND_SCREENSHOT=PATH that test also saves a screenshot of the Explorer in the
+playground.  NumPy inside Pyodide cannot be had offline, so notebooks that import NumPy are not run
+in the browser here; the test prints which (they run under CPython in tests/test_notebooks.py).
 
 Missing Chromium, playwright, jupyterlite or the npm Pyodide skip the test, except under CI=true,
 where they fail it.
@@ -335,6 +336,14 @@ def test_cold_start(browser):
     run = browser.repl(cells, wait_explorer=True)
     assert not offline.errors(run["outputs"]), offline.errors(run["outputs"])
     assert browser.failed == [], browser.failed
+    shot = os.environ.get("NUMR_WEB_PLAYGROUND_SCREENSHOT")
+    if shot:  # the Explorer in the playground, for the docs (nothing is written unless asked)
+        run["page"].evaluate(
+            """() => Array.from(document.querySelectorAll('.jp-OutputArea-output'))
+                     .find(e => e.innerText.startsWith('GroupNorm Explorer'))?.scrollIntoView({block: 'start'})"""
+        )
+        run["page"].wait_for_timeout(1000)
+        run["page"].screenshot(path=shot)
     first, drawn = run["first_output_s"], run["explorer_s"]
     print(
         f"\nplayground cold start (offline, Chromium {browser.version}): page open -> first output {first:.1f} s, "
