@@ -53,6 +53,11 @@ ORDINARY_RANGE = {"float32": (56, 120), "float64": (400, 1000)}
 #: 1.8e19 / sqrt(M) >= 2.8e14) stay normal after it.
 RSTD_SCALE_ABOVE = 2.0**56
 OVERFLOW_SCALE = 2.0**-96
+#: ... and a group whose variance came out below TINY_VAR (std below 2**-56, where float32 squares
+#: of its deviations leave the normal range) but not exactly zero is summed again on
+#: ``x * UNDERFLOW_SCALE``
+TINY_VAR = 2.0**-112
+UNDERFLOW_SCALE = 2.0**64
 
 #: threads per block of every CUDA kernel (``NUMR_BLOCK`` in group_norm.cu)
 CUDA_BLOCK = 256
@@ -63,6 +68,8 @@ WGSL_CONSTANTS = {
     "REFINE_MEAN_ABOVE": REFINE_MEAN_ABOVE,
     "RSTD_SCALE_ABOVE": RSTD_SCALE_ABOVE,
     "OVERFLOW_SCALE": OVERFLOW_SCALE,
+    "TINY_VAR": TINY_VAR,
+    "UNDERFLOW_SCALE": UNDERFLOW_SCALE,
 }
 
 

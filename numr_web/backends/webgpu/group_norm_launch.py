@@ -9,6 +9,7 @@ from functools import lru_cache
 from numr_web.backends.webgpu import array_kernels
 from numr_web.backends.webgpu.array import WebGPUArray, as_dtype
 from numr_web.backends.webgpu.device import OFFSET_ALIGN, Scratch, round_up
+from numr_web.numerics import eps_as_float32
 
 WG = 64  # threads per (n, g) workgroup
 F32 = as_dtype("float32")
@@ -84,7 +85,9 @@ class GroupPlan:
         self.fused = self.vec == 4
         self.A = self.channels_per_group // 4 if (self.nhwc and self.vec == 4) else self.channels_per_group
         self.steps = self.HW if self.nhwc else self.HW // self.vec
-        if cpu_adapter:
+        if self.A == 0 or self.steps == 0:  # no elements (C = 0 or no spatial extent): nothing is launched
+            self.P, self.wg = 1, WG
+        elif cpu_adapter:
             self.P, self.wg = plan_pieces_cpu(self.A, self.steps)
         else:
             self.P, self.wg = plan_pieces(self.A, self.steps), WG
@@ -249,6 +252,7 @@ class Workspace:
 
 def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation, layout):
     ctx = x.ctx
+    eps = eps_as_float32(eps)  # inf beyond float32's range (rstd = 0), as on the CPU's float32 path
     plan = GroupPlan(x, num_groups, layout, ctx.cpu_adapter)
     y = array_kernels.empty_like(x)
     mean = array_kernels.empty(ctx, (plan.N, plan.G), F32)

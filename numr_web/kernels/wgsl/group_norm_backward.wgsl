@@ -1,7 +1,9 @@
 // GroupNorm backward, closed form from the saved mean and rstd, one workgroup
 // per (n, g).  See group_norm_common.wgsl for the item decomposition.
 //
-// With xc = x - mean and dz = dy (or dy * silu'(z), z = rstd*w*xc + b):
+// With xc = x - mean and dz = dy (or dy * silu'(z), z = rstd*w*xc + b); every sum is taken
+// on xc_s = x * s - mean * s, s = rstd_scale(rstd) (group_norm_coef.wgsl; 1 for ordinary
+// rstd), and mean_lo, ds and COEF's c1 are in those units:
 //   per (n, c): ds = sum dz*xc, db = sum dz            -> DSDB (for dweight, dbias)
 //   per (n, g): sg = sum_c w_c db, sgx = sum_c w_c ds, and mean_lo: the part of
 //     the mean the float32-saved value lost, sum(xc)/M, trusted only within one
@@ -33,13 +35,13 @@ var<workgroup> wg_coef: vec2<f32>;
 var<workgroup> wg_res: array<f32, WG>;
 var<workgroup> wg_zlo: f32;
 
-// Per-thread sum of x - mean over the thread's items, in the order of the sums pass.
-fn resid_part(lid: u32, gl: u32, n: u32, g: u32, mean: f32) -> vec4<f32> {
+// Per-thread sum of x * s - mean * s over the thread's items, in the order of the sums pass.
+fn resid_part(lid: u32, gl: u32, n: u32, g: u32, ms: f32, s: f32) -> vec4<f32> {
   var res = vec4<f32>(0.0);
   for (var it = lid; it < p.items; it += WG) {
     let I = item_of(it, gl, n, g);
     for (var t = I.t0; t < I.t1; t++) {
-      res += (load_x(I.base + t * I.tstride) - mean) * LMASK;
+      res += (load_x(I.base + t * I.tstride) * s - ms) * LMASK;
     }
   }
   return res;
@@ -79,14 +81,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let g = gg % p.G;
   let mean = MEAN[gg];
   let rstd = RSTD[gg];
+  let sc = rstd_scale(rstd);
+  let ms = mean * sc;
+  let rstd_s = rstd / sc;
 
-  var zlo = 0.0;
+  var zlo = 0.0;  // scaled units
   if (SILU) {
     if (lid == 0u) { wg_zlo = select(0.0, 1.0, abs(mean) * rstd > REFINE_MEAN_ABOVE); }
     if (workgroupUniformLoad(&wg_zlo) != 0.0) {
-      wg_res[lid] = dot(resid_part(lid, gl, n, g, mean), vec4<f32>(1.0));
+      wg_res[lid] = dot(resid_part(lid, gl, n, g, ms, sc), vec4<f32>(1.0));
       workgroupBarrier();
-      if (lid == 0u) { wg_zlo = mean_low_part(mean, wg_total(), p.inv_m); }
+      if (lid == 0u) { wg_zlo = mean_low_part(mean, wg_total(), p.inv_m, sc); }
       zlo = workgroupUniformLoad(&wg_zlo);
     }
   }
@@ -94,13 +99,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   var res = vec4<f32>(0.0);
   for (var it = lid; it < p.items; it += WG) {
     let I = item_of(it, gl, n, g);
-    let scale = lane_w(I.ch) * rstd;
+    let scale = lane_w(I.ch) * rstd_s;
     let shift = lane_b(I.ch) - zlo * scale;
     var ds = vec4<f32>(0.0);
     var db = vec4<f32>(0.0);
     for (var t = I.t0; t < I.t1; t++) {
       let e = I.base + t * I.tstride;
-      let xc = load_x(e) - mean;
+      let xc = load_x(e) * sc - ms;
       let dz = dz_of(load_dy(e), xc, scale, shift);
       ds += dz * xc;
       db += dz;
@@ -147,7 +152,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       sgx += w * v.x;
       sg += w * v.y;
     }
-    let cf = backward_coefficients(mean, rstd, sgx, sg, wg_total(), p.inv_m);
+    let cf = backward_coefficients(mean, rstd, sgx, sg, wg_total(), p.inv_m, sc);
     WS[p.coef_at + gg] = vec4<f32>(cf, zlo);
     wg_coef = cf.xy;
   }
@@ -156,13 +161,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   if (APPLY) {
     for (var it = lid; it < p.items; it += WG) {
       let I = item_of(it, gl, n, g);
-      let scale = lane_w(I.ch) * rstd;
+      let scale = lane_w(I.ch) * rstd_s;
       let shift = lane_b(I.ch) - zlo * scale;
+      let alpha = lane_w(I.ch) * rstd;
       for (var t = I.t0; t < I.t1; t++) {
         let u = (I.base + t * I.tstride) >> 2u;
-        let xc = ld_X(u) - mean;
+        let xc = ld_X(u) * sc - ms;
         let dz = dz_of(ld_DY(u), xc, scale, shift);
-        st_DX(u, scale * dz + cf.y * xc + cf.x);
+        st_DX(u, alpha * dz + cf.y * xc + cf.x);
       }
     }
   }

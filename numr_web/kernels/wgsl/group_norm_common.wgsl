@@ -71,3 +71,9 @@ fn lane_b(c: u32) -> vec4<f32> {
 }
 
 fn silu(z: vec4<f32>) -> vec4<f32> { return z / (1.0 + exp(-z)); }
+
+// A quiet NaN, from values of which one is NaN or infinite (a runtime value: a NaN constant
+// expression is a shader-creation error in WGSL).
+fn nan_of(a: f32, b: f32) -> f32 {
+  return bitcast<f32>(0x7fc00000u | (bitcast<u32>(a) & bitcast<u32>(b) & 0x80000000u));
+}

@@ -3,6 +3,7 @@
 // Entry points: apply (forward output from AUX) and dx (backward from COEF).
 // Constants: NHWC, SILU, AFFINE.  Four elements per thread; a chunk starts at
 // a multiple of 4 elements, and writes past its end land in padding.
+//!include group_norm_coef.wgsl
 struct Flat {
   C: u32, HW: u32, G: u32, Cg: u32,
   x_base: u32,   // element offset of the chunk inside the binding (a multiple of 4)
@@ -16,6 +17,8 @@ struct Flat {
 @group(0) @binding(3) var<storage, read> W: array<f32>;
 @group(0) @binding(4) var<storage, read> B: array<f32>;
 @group(0) @binding(5) var<storage, read> STAT: array<vec4<f32>>;  // AUX (apply) or COEF (dx) per group
+// AUX: (mean_hi, mean_lo_s, rstd_s, s), COEF: (c0, c1, mean_lo_s, zlo_s); s: the group's power-of-two
+// scale (group_norm_forward.wgsl; backward: rstd_scale in group_norm_coef.wgsl)
 @group(0) @binding(6) var<storage, read> MEAN: array<f32>;
 @group(0) @binding(7) var<storage, read> RSTD: array<f32>;
 @group(0) @binding(8) var<uniform> f: Flat;
@@ -49,17 +52,18 @@ fn apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
          @builtin(local_invocation_index) lid: u32) {
   let u = unit_index(wid, nwg, lid);
   if (u * 4u >= f.count) { return; }
-  var hi: vec4<f32>; var scale: vec4<f32>; var shift: vec4<f32>;
+  var hi: vec4<f32>; var scale: vec4<f32>; var shift: vec4<f32>; var s: vec4<f32>;
   for (var k = 0u; k < 4u; k++) {
     let l = lane_of(min(u * 4u + k, f.count - 1u));
-    let s = STAT[l.gg];
-    let sc = s.z * wv(l.c);
-    hi[k] = s.x;
+    let a = STAT[l.gg];
+    let sc = a.z * wv(l.c);
+    hi[k] = a.x * a.w;
     scale[k] = sc;
-    shift[k] = bv(l.c) - s.y * sc;
+    shift[k] = bv(l.c) - a.y * sc;
+    s[k] = a.w;
   }
   let ui = (f.x_base >> 2u) + u;
-  var y = (ld_X(ui) - hi) * scale + shift;
+  var y = (ld_X(ui) * s - hi) * scale + shift;
   if (SILU) { y = y / (1.0 + exp(-y)); }
   st_Y(ui, y);
 }
@@ -69,23 +73,28 @@ fn dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<
       @builtin(local_invocation_index) lid: u32) {
   let u = unit_index(wid, nwg, lid);
   if (u * 4u >= f.count) { return; }
-  var mean: vec4<f32>; var scale: vec4<f32>; var shift: vec4<f32>; var c0: vec4<f32>; var c1: vec4<f32>;
+  var ms: vec4<f32>; var sc: vec4<f32>; var alpha: vec4<f32>; var scale: vec4<f32>; var shift: vec4<f32>;
+  var c0: vec4<f32>; var c1: vec4<f32>;
   for (var k = 0u; k < 4u; k++) {
     let l = lane_of(min(u * 4u + k, f.count - 1u));
     let cf = STAT[l.gg];
-    mean[k] = MEAN[l.gg];
-    scale[k] = RSTD[l.gg] * wv(l.c);
+    let rstd = RSTD[l.gg];
+    let s = rstd_scale(rstd);
+    sc[k] = s;
+    ms[k] = MEAN[l.gg] * s;
+    alpha[k] = rstd * wv(l.c);
+    scale[k] = rstd / s * wv(l.c);
     shift[k] = bv(l.c) - cf.w * scale[k];   // cf.w: the mean's low part z was rebuilt with (SILU)
     c0[k] = cf.x;
     c1[k] = cf.y;
   }
   let ui = (f.x_base >> 2u) + u;
-  let xc = ld_X(ui) - mean;
+  let xc = ld_X(ui) * sc - ms;
   var dz = ld_DY(ui);
   if (SILU) {
     let z = xc * scale + shift;
     let s = 1.0 / (1.0 + exp(-z));
     dz = dz * s * (1.0 + z * (1.0 - s));
   }
-  st_Y(ui, scale * dz + c1 * xc + c0);
+  st_Y(ui, alpha * dz + c1 * xc + c0);
 }

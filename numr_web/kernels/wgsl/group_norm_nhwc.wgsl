@@ -63,14 +63,16 @@ fn lane_zlo(lg: vec4<u32>) -> vec4<f32> {
   return vec4<f32>(wg_zlo[lg.x], wg_zlo[lg.y], wg_zlo[lg.z], wg_zlo[lg.w]);
 }
 
-// sum of x - mean over item it of block bl, lane per channel (the order of the sums pass)
+// sum of x * s - mean * s over item it of block bl, lane per channel (the order of the sums pass)
 fn item_resid(bl: u32, blk: Blk, it: u32) -> vec4<f32> {
   let r = item_range(it);
-  let mean = lane_records(lane_groups(r.x))[2];
+  let rec = lane_records(lane_groups(r.x));
+  let sc = rstd_scale4(rec[3]);
+  let ms = rec[2] * sc;
   let u0 = blk.base + blk.c0 + 4u * r.x;
   var res = vec4<f32>(0.0);
   for (var t = r.y; t < r.z; t++) {
-    res += ld_X((u0 + t * p.C) >> 2u) - mean;
+    res += ld_X((u0 + t * p.C) >> 2u) * sc - ms;
   }
   return res;
 }
@@ -127,13 +129,27 @@ fn bv(c: u32) -> vec4<f32> {
 
 fn not_finite(v: f32) -> bool { return (bitcast<u32>(v) & 0x7f800000u) == 0x7f800000u; }
 
+// rstd / s = 1 / sqrt(var_s + eps * s^2) from the variance var_s in units scaled by s; where
+// eps * s^2 overflows, eps dwarfs var and it is 1 / (sqrt(eps) * s).
+fn rstd_in_units(var_s: f32, s: f32) -> f32 {
+  let es = p.eps * s * s;
+  if (not_finite(es)) { return 1.0 / (sqrt(p.eps) * s); }
+  return 1.0 / sqrt(var_s + es);
+}
+
+// A quiet NaN, from values of which one is NaN or infinite (a runtime value: a NaN constant
+// expression is a shader-creation error in WGSL).
+fn nan_of(a: f32, b: f32) -> f32 {
+  return bitcast<f32>(0x7fc00000u | (bitcast<u32>(a) & bitcast<u32>(b) & 0x80000000u));
+}
+
 // Per-item shifted sums into PART (2 vec4 per item: s1, s2, one lane per channel).
 fn stat_pass(bl_local: u32, blk: Blk, lid: u32) {
   for (var it = lid; it < p.items; it += WG) {
     let r = item_range(it);
     let lg = lane_groups(r.x);
-    let k = lane_records(lg)[0];
     let sc = vec4<f32>(wg_scale[lg.x], wg_scale[lg.y], wg_scale[lg.z], wg_scale[lg.w]);
+    let ks = lane_records(lg)[0] * sc;
     let u0 = blk.base + blk.c0 + 4u * r.x;
     var s1 = vec4<f32>(0.0);
     var s2 = vec4<f32>(0.0);
@@ -145,7 +161,7 @@ fn stat_pass(bl_local: u32, blk: Blk, lid: u32) {
       var b1 = vec4<f32>(0.0);
       var b2 = vec4<f32>(0.0);
       for (; t < tend; t++) {
-        let d = (ld_X((u0 + t * p.C) >> 2u) - k) * sc;
+        let d = ld_X((u0 + t * p.C) >> 2u) * sc - ks;
         b1 += d;
         b2 += d * d;
       }
@@ -171,19 +187,23 @@ fn fold_stats(bl_local: u32, allow_redo: bool) {
         s2 += WS[slot + 1u][ch & 3u];
       }
     }
-    let sc = wg_scale[j];
-    let d = s1 * p.inv_m;
-    let v = max(s2 * p.inv_m - d * d, 0.0);
-    let overflow = not_finite(s2) && !not_finite(s1);
-    let redo = allow_redo && (d * d > POOR_SHIFT_RATIO * v || overflow);
+    let d = s1 * p.inv_m;  // in the group's scaled units
+    let t = s2 * p.inv_m - d * d;
+    let overflow = not_finite(s2) || not_finite(s1);
+    let v = select(max(t, 0.0), t, not_finite(t));  // max() may drop a NaN
+    let tiny = v < TINY_VAR && (s1 != 0.0 || s2 != 0.0);
+    let redo = allow_redo && (d * d > POOR_SHIFT_RATIO * v || overflow || tiny);
     let k = wg_grp[j].x;
     if (redo) {
-      // next pass: centred on this mean, scaled by 2^-64 if the squares overflowed
-      wg_grp[j] = vec4<f32>(k + d / sc, 0.0, 0.0, 1.0);
-      wg_scale[j] = select(1.0, 5.421010862427522e-20, overflow);
+      // next pass: centred on this mean, or (a sum overflowed) on x * OVERFLOW_SCALE, or (the
+      // squares left float32's normal range) on x * UNDERFLOW_SCALE
+      var k1 = k + d;
+      if (overflow && not_finite(k1)) { k1 = k; }
+      wg_grp[j] = vec4<f32>(k1, 0.0, 0.0, 1.0);
+      wg_scale[j] = select(select(1.0, UNDERFLOW_SCALE, tiny), OVERFLOW_SCALE, overflow);
       any = 1.0;
     } else {
-      wg_grp[j] = vec4<f32>(k, d / sc, v, 0.0);
+      wg_grp[j] = vec4<f32>(k, d, v, 0.0);
     }
   }
   wg_flag = any;
@@ -215,11 +235,16 @@ fn forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     for (var j = 0u; j < p.GB; j++) {
       let st = wg_grp[j];
       let sc = wg_scale[j];
-      let rstd = sc / sqrt(st.z + p.eps * sc * sc);
+      // (mean_hi, mean_lo_s, rstd_s, s): mean_lo and rstd in the group's scaled units
+      var rec = vec4<f32>(st.x, st.y, rstd_in_units(st.z, sc), sc);
+      if (not_finite(st.y) || not_finite(st.z)) {  // a NaN or an infinity in the group
+        let nan = nan_of(st.y, st.z);
+        rec = vec4<f32>(nan, nan, nan, sc);
+      }
       let gg = blk.n * p.G + blk.g0 + j;
-      MEAN[gg] = st.x + st.y;
-      RSTD[gg] = rstd;
-      wg_grp[j] = vec4<f32>(st.x, st.y, rstd, 0.0);
+      MEAN[gg] = (rec.x * sc + rec.y) / sc;
+      RSTD[gg] = rec.z * sc;
+      wg_grp[j] = rec;
     }
   }
   workgroupBarrier();
@@ -227,7 +252,8 @@ fn forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     let r = item_range(it);
     let lg = lane_groups(r.x);
     let rec = lane_records(lg);
-    let hi = rec[0];
+    let sc = rec[3];
+    let hs = rec[0] * sc;
     let lo = rec[1];
     let c = blk.c0 + 4u * r.x;
     let scale = wv(c) * rec[2];
@@ -235,7 +261,7 @@ fn forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     let u0 = blk.base + c;
     for (var t = r.y; t < r.z; t++) {
       let u = (u0 + t * p.C) >> 2u;
-      var y = (ld_X(u) - hi) * scale + shift;
+      var y = (ld_X(u) * sc - hs) * scale + shift;
       if (SILU) { y = y / (1.0 + exp(-y)); }
       st_Y(u, y);
     }
@@ -272,7 +298,7 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
         for (var j = 0u; j < p.GB; j++) {
           let st = wg_grp[j];
           if (abs(st.z) * st.w > REFINE_MEAN_ABOVE) {
-            wg_zlo[j] = mean_low_part(st.z, group_resid(bl, j), p.inv_m);
+            wg_zlo[j] = mean_low_part(st.z, group_resid(bl, j), p.inv_m, rstd_scale(st.w));
           }
         }
       }
@@ -283,9 +309,10 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let r = item_range(it);
     let lg = lane_groups(r.x);
     let rec = lane_records(lg);
-    let mean = rec[2];
+    let sc = rstd_scale4(rec[3]);
+    let ms = rec[2] * sc;
     let c = blk.c0 + 4u * r.x;
-    let scale = wv(c) * rec[3];
+    let scale = wv(c) * (rec[3] / sc);
     let shift = bv(c) - lane_zlo(lg) * scale;
     let u0 = blk.base + c;
     var ds = vec4<f32>(0.0);
@@ -293,7 +320,7 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     var res = vec4<f32>(0.0);
     for (var t = r.y; t < r.z; t++) {
       let u = (u0 + t * p.C) >> 2u;
-      let xc = ld_X(u) - mean;
+      let xc = ld_X(u) * sc - ms;
       var dz = ld_DY(u);
       if (SILU) {
         let z = xc * scale + shift;
@@ -332,7 +359,7 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
       let st = wg_grp[j];
       let mean = st.z;
       let rstd = st.w;
-      let cf = backward_coefficients(mean, rstd, sgx, sg, group_resid(bl, j), p.inv_m);
+      let cf = backward_coefficients(mean, rstd, sgx, sg, group_resid(bl, j), p.inv_m, rstd_scale(rstd));
       var zlo = 0.0;
       if (SILU) { zlo = wg_zlo[j]; }
       WS[p.coef_at + blk.n * p.G + blk.g0 + j] = vec4<f32>(cf, zlo);
@@ -346,21 +373,23 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let rec = lane_records(lg);
     let c0 = rec[0];
     let c1 = rec[1];
-    let mean = rec[2];
+    let sc = rstd_scale4(rec[3]);
+    let ms = rec[2] * sc;
     let c = blk.c0 + 4u * r.x;
-    let scale = wv(c) * rec[3];
+    let alpha = wv(c) * rec[3];
+    let scale = wv(c) * (rec[3] / sc);
     let shift = bv(c) - lane_zlo(lg) * scale;
     let u0 = blk.base + c;
     for (var t = r.y; t < r.z; t++) {
       let u = (u0 + t * p.C) >> 2u;
-      let xc = ld_X(u) - mean;
+      let xc = ld_X(u) * sc - ms;
       var dz = ld_DY(u);
       if (SILU) {
         let z = xc * scale + shift;
         let s = 1.0 / (1.0 + exp(-z));
         dz = dz * s * (1.0 + z * (1.0 - s));
       }
-      st_Y(u, scale * dz + c1 * xc + c0);
+      st_Y(u, alpha * dz + c1 * xc + c0);
     }
   }
 }
