@@ -36,7 +36,7 @@ import numpy as np
 from numr_web.backends.base import Backend
 from numr_web.dtypes import BFLOAT16
 from numr_web.memory_layout import channels_last_perm, memory_layout
-from numr_web.numerics import CUDA_BLOCK, cuda_defines
+from numr_web.numerics import CUDA_BLOCK, cuda_defines, eps_as_float32
 from numr_web.schema import schema
 
 GROUP_NORM = schema("group_norm")
@@ -464,9 +464,10 @@ class CupyBackend(Backend):
         acc = np.dtype(GROUP_NORM.compute_dtype(x.dtype))
         dtype_name = _dtype_name(x.dtype)
         y, ybuf = self._empty(x.shape, x.dtype, layout)
-        if N == 0 or S == 0:
-            fill = np.nan if S == 0 else 0.0
-            return y, cp.full((N, G), fill, dtype=acc), cp.full((N, G), fill, dtype=acc)
+        if N == 0 or S == 0 or C == 0:  # groups without elements have NaN statistics (every backend)
+            return y, cp.full((N, G), np.nan, dtype=acc), cp.full((N, G), np.nan, dtype=acc)
+        if acc == np.float32:
+            eps = eps_as_float32(eps)  # as float32 arithmetic holds it: inf beyond its range (every backend)
         silu = activation == "silu"
         aligned = self._address(xbuf) % 16 == 0
         plan = plan_forward(N, C, S, G, layout, x.itemsize, aligned, self._sm_count())
@@ -549,7 +550,7 @@ class CupyBackend(Backend):
         dtype_name = _dtype_name(x.dtype)
         dx, dxbuf = self._empty(x.shape, x.dtype, layout)
         has_weight = weight is not None
-        if N == 0 or S == 0:
+        if N == 0 or S == 0 or C == 0:
             if not has_weight:
                 return dx, None, None
             return dx, cp.zeros(C, dtype=weight.dtype), cp.zeros(C, dtype=weight.dtype)

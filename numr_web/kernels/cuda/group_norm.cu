@@ -275,9 +275,11 @@ __device__ __forceinline__ void accumulate_shifted(const T* __restrict__ x, cons
 // over the group (indices floor(i*M/32)), summed in a fixed order, so K is
 // bitwise identical in every block and the shifted partial sums simply add.
 // The last block to finish (integer ticket) combines the partials in split
-// order, in double; if the shift was poor ((s1/M)^2 > 8 var) or the squares
-// overflowed the accumulation dtype (s1 finite, s2 not) it redoes the group
-// in double, centred on the computed mean.  It then writes mean, rstd (N, G) and
+// order, in double; if the shift was poor ((s1/M)^2 > 8 var) or a sum is not
+// finite (float32 squares or deviations overflowed, or a NaN/inf in the group) it
+// redoes the group in double, centred on the computed mean (on the shift K where
+// that is not finite).  A group with a NaN or an infinity gets NaN mean and rstd,
+// as on every backend.  It then writes mean, rstd (N, G) and
 // the per-(n, c) apply parameters params[0..2][nc] = mean_hi, scale, shift
 // with scale = rstd*w_c and shift = b_c - mean_lo*scale.
 // The body is a device function so that gn_fwd_fused can reuse it; it returns
@@ -364,13 +366,13 @@ __device__ __forceinline__ bool fwd_statistics(
         var = var < 0.0 ? 0.0 : var;  // keeps NaN
         sh_mean = (double)K + d;
         sh_var = var;
-        // false for NaN; a finite s1 with an infinite s2 means float32 squares overflowed
-        sh_redo = (d * d > NUMR_POOR_SHIFT_RATIO * var) || (isfinite(t1) && !isfinite(t2));
+        // a sum that is not finite: float32 overflow (redone in double), or a NaN/inf in the group
+        sh_redo = (d * d > NUMR_POOR_SHIFT_RATIO * var) || !(isfinite(t1) && isfinite(t2));
     }
     __syncthreads();
 
     if (sh_redo) {  // uniform over the block; rare: a far-off shift, or overflow
-        const double K2 = sh_mean;
+        const double K2 = isfinite(sh_mean) ? sh_mean : (double)K;
         double r1 = 0.0, r2 = 0.0;
         accumulate_shifted<T, LAYOUT, VEC, double>(x, ga, K2, (numr_u64)tid, MV, NUMR_BLOCK, r1, r2);
         block_sum2(r1, r2);
@@ -381,6 +383,10 @@ __device__ __forceinline__ bool fwd_statistics(
             var = var < 0.0 ? 0.0 : var;
             sh_mean = K2 + d;
             sh_var = var;
+            if (!(isfinite(r1) && isfinite(r2))) {  // a NaN or an infinity in the group
+                sh_mean = (r1 - r1) + (r2 - r2);  // NaN: one of them is NaN or infinite
+                sh_var = sh_mean;
+            }
         }
         __syncthreads();
     }
