@@ -524,9 +524,13 @@ def compute_eps(eps, compute_dtype):
     return eps_as_float32(eps) if np.dtype(compute_dtype) == np.float32 else float(eps)
 
 
-def _limits(compute_dtype):
+def ordinary_limits(compute_dtype):
+    """(lowest rstd, highest rstd, highest |mean|) of numerics.ORDINARY_RANGE for a compute dtype."""
     e, f = ORDINARY_RANGE[np.dtype(compute_dtype).name]
     return 2.0**-e, 2.0**e, 2.0**f
+
+
+_limits = ordinary_limits
 
 
 def ordinary(mean, rstd, compute_dtype):
