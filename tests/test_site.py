@@ -326,6 +326,18 @@ def test_notebook_04_runs_in_the_browser_and_the_explorer_draws(browser):
     )
 
 
+def test_notebook_04_in_lab_run_all(browser):
+    """What a visitor does: open notebook 04 in the playground's JupyterLab and choose Run All Cells."""
+    run = browser.lab_run_all("04_explorer.ipynb", "G = 8: mean")
+    assert not offline.errors(run["outputs"]), offline.errors(run["outputs"])
+    assert "Pyodide" in run["kernel"], f"notebook 04 opened with the kernel {run['kernel']!r}"
+    assert browser.failed == [], browser.failed
+    print(
+        f"\nnotebook 04 in lab, Run All Cells at once: first output {run['first_output_s']:.1f} s, "
+        f"Explorer drawn {run['explorer_s']:.1f} s, last cell done {run['done_s']:.1f} s after page open"
+    )
+
+
 def test_cold_start(browser):
     """Page open to first output, and to the Explorer drawn, in a fresh context; printed, goal < 15 s."""
     cells = [

@@ -183,6 +183,47 @@ class Playground:
             )
         return {"outputs": outputs, "first_output_s": first, "explorer_s": explorer, "done_s": done, "page": page}
 
+    def lab_run_all(self, notebook: str, done_text: str, timeout_s=300):
+        """Open ``notebook`` in JupyterLab (the playground's lab app), choose Run > Run All Cells as soon
+        as it shows, and wait until an output holds ``done_text`` and the Explorer is drawn.
+
+        Returns ``outputs`` (textContent: JupyterLab renders cells outside the view lazily),
+        ``kernel`` (the kernel's name in the toolbar), ``first_output_s``, ``explorer_s``, ``done_s``, ``page``.
+        """
+        page, t0 = self.open(f"lab/index.html?path={urllib.parse.quote(notebook)}")
+        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=timeout_s * 1000)
+        page.click(".lm-MenuBar-item:has-text('Run')")
+        page.click(".lm-Menu-item[data-command='runmenu:run-all']")
+        read = READ_OUTPUTS.replace("e.innerText", "e.textContent")
+        deadline = t0 + timeout_s
+        first = explorer = done = None
+        while time.monotonic() < deadline and (done is None or explorer is None):
+            outputs = page.evaluate(read)
+            now = time.monotonic() - t0
+            if first is None and any(o["text"].strip() for o in outputs):
+                first = now
+            if explorer is None and page.query_selector(EXPLORER_DRAWN) is not None:
+                explorer = now
+            if done is None and any(done_text in o["text"] for o in outputs):
+                done = now
+            page.wait_for_timeout(100)
+        outputs = page.evaluate(read)
+        kernel = page.evaluate("() => document.querySelector('.jp-KernelName')?.textContent || ''")
+        if done is None or explorer is None:
+            texts = "\n".join(o["text"][-600:] for o in outputs)
+            raise AssertionError(
+                f"{notebook} in lab: no {done_text!r} output or no Explorer within {timeout_s} s (kernel: "
+                f"{kernel})\n--- outputs:\n{texts}\n--- console:\n" + "\n".join(self.console[-25:])
+            )
+        return {
+            "outputs": outputs,
+            "kernel": kernel,
+            "first_output_s": first,
+            "explorer_s": explorer,
+            "done_s": done,
+            "page": page,
+        }
+
 
 def errors(outputs) -> list[str]:
     """Output texts that show an exception (a traceback in the REPL's stderr rendering)."""
