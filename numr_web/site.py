@@ -14,7 +14,8 @@ can publish it; nothing runs on a server.
 numr_web and anywidget are not pre-installed: that needs the kernel's lock add-on (the
 ``lock`` extra of jupyterlite-pyodide-kernel, pyodide-lock 0.1.3 or later, uv) and Pyodide's lock
 from its CDN at build time, neither of which this project's machines can get; the notebooks
-``%pip install`` them from the site instead, which takes about a second.
+``%pip install`` them from the site instead (in the cold-start test those installs and the
+Explorer's first draw together took about 2 s).
 
 Each build starts from a fresh working folder, so jupyterlite's task database
 (``.jupyterlite.doit.db``) never skips a step that changed. A file ``STAMP`` in the output
