@@ -181,6 +181,19 @@ def test_site_contents(built):
     from numr_web import site
 
     assert site.stale(built) is None
+    # and stale once what it was made from differs (serve then rebuilds)
+    stamp_file = built / ".numr-web-site.json"
+    original = stamp_file.read_text()
+    try:
+        stamp_file.write_text(json.dumps({**stamp, "digest": "0" * 64}))
+        assert "changed" in (site.stale(built) or "")
+        stamp_file.unlink()  # a full folder without the stamp is not taken for a site
+        with pytest.raises(site.SiteError, match="--output"):
+            site.stale(built)
+        assert "no site" in (site.stale(built.parent / "not-built-yet") or "")
+    finally:
+        stamp_file.write_text(original)
+    assert site.stale(built) is None
 
 
 def _wheel_requires_numpy_in_pyodide(built) -> bool:
