@@ -116,11 +116,27 @@ def _divisors(n: int):
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def _browser_has_webgpu() -> bool:
+    try:
+        from js import navigator  # Pyodide's bridge to the page (or the Web Worker) it runs in
+    except ImportError:
+        return False
+    try:
+        return getattr(navigator, "gpu", None) is not None
+    except Exception:
+        return False
+
+
 def default_device() -> str:
-    """Under Pyodide "webgpu"; elsewhere "cuda" if usable, then a WebGPU adapter that is not a
-    CPU (lavapipe, SwiftShader are CPUs), else "cpu"."""
+    """Under Pyodide "webgpu" where the browser has ``navigator.gpu``, else "cpu" when NumPy is there
+    (else "webgpu", whose error says what is missing); elsewhere "cuda" if usable, then a WebGPU
+    adapter that is not a CPU (lavapipe, SwiftShader are CPUs), else "cpu"."""
     if _in_pyodide():
-        return "webgpu"
+        if _browser_has_webgpu():
+            return "webgpu"
+        import importlib.util
+
+        return "cpu" if "numpy" in sys.modules or importlib.util.find_spec("numpy") else "webgpu"
     if get_backend("cuda", require=False).available()[0]:
         return "cuda"
     try:

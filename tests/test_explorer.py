@@ -434,3 +434,15 @@ def test_painted_dy_arrives_as_binary_from_the_front_end(device):
     v = e.results_meta["version"]
     e.set_state({"dy_paint": memoryview(np.ones_like(mask).tobytes())})
     assert e.results_meta["version"] == v
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_default_device_in_a_browser_follows_navigator_gpu(monkeypatch, gpu):
+    """Under Pyodide the Explorer uses the browser's WebGPU, and the CPU (NumPy) where the browser has none.
+    The decision alone, with Pyodide's ``js`` module stood in for: the browser runs are tests/test_site.py."""
+    import types
+
+    navigator = types.SimpleNamespace(userAgent="test", **({"gpu": object()} if gpu else {}))
+    monkeypatch.setitem(sys.modules, "js", types.SimpleNamespace(navigator=navigator))
+    monkeypatch.setattr(explorer_module, "_in_pyodide", lambda: True)
+    assert explorer_module.default_device() == ("webgpu" if gpu else "cpu")

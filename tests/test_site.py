@@ -253,13 +253,9 @@ def _expected():
 def test_kernel_installs_numr_web_and_runs_groupnorm_on_webgpu(browser, built):
     import numpy as np
 
-    if _wheel_requires_numpy_in_pyodide(built):
-        # numr_web's wheel lists numpy for every platform: a plain `%pip install numr_web` fetches NumPy
-        # from Pyodide's CDN (fine for visitors, impossible offline), so the check skips the requirements
-        pip = "%pip install --no-deps numr_web"
-        print(f"\nnumr_web's wheel requires NumPy in Pyodide too: the offline check runs `{pip}`")
-    else:
-        pip = "%pip install numr_web"
+    # NumPy is optional in the browser: the wheel asks for it everywhere but Pyodide, so a plain %pip works offline
+    assert not _wheel_requires_numpy_in_pyodide(built), "numr_web's wheel requires NumPy under Pyodide"
+    pip = "%pip install numr_web"
     cells = ["print('kernel up')", pip, "import numr_web; print('numr_web', numr_web.__version__)", WEBGPU_CELL]
     run = browser.repl(cells)
     outputs = run["outputs"]
@@ -355,7 +351,7 @@ def test_cold_start(browser):
     """Page open to first output, and to the Explorer drawn, in a fresh context; printed, goal < 15 s."""
     cells = [
         "print('first output')",
-        "%pip install anywidget\n%pip install --no-deps numr_web",
+        "%pip install anywidget\n%pip install numr_web",
         "import numr_web\nexplorer = numr_web.Explorer()\nexplorer",
     ]
     run = browser.repl(cells, wait_explorer=True)
