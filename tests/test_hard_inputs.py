@@ -136,7 +136,7 @@ def _check(runner, x, num_groups, eps, dy, weight=None, bias=None, layout="nchw"
     dt = np.dtype(x.dtype)
     tol_y, tol_dx = TOL[dt]
     y, mean, rstd, dx, dw, db = _call(runner, x, num_groups, eps, dy, weight, bias, layout)
-    yr, mr, rr, dxr, dwr, dbr = exact(x, num_groups, eps, dy, weight, bias)
+    yr, mr, rr, dxr, dwr, dbr = _exact_cached(x, num_groups, eps, dy, weight, bias)
     errs = {}
     if "y" in what:
         errs["y"] = scaled_err(y, yr, max(1.0, np.nanmax(np.abs(yr), initial=0.0)))
@@ -152,12 +152,28 @@ def _check(runner, x, num_groups, eps, dy, weight=None, bias=None, layout="nchw"
             natural *= np.abs(weight).max()
         errs["dx"] = scaled_err(dx, dxr, max(np.nanmax(np.abs(dxr), initial=0.0), natural, np.finfo(np.float64).tiny))
         if weight is not None:
-            errs["dw"] = rel(dw, dwr)
-            errs["db"] = rel(db, dbr)
+            # against max(1, |ref|), as tests/oracle.py's rel_err: dw = sum dz * xhat is far below its
+            # natural size sum |dz| when eps dwarfs the variance (xhat ~ 0)
+            for k, got, want in (("dw", dw, dwr), ("db", db, dbr)):
+                errs[k] = scaled_err(got, want, max(1.0, np.nanmax(np.abs(want), initial=0.0)))
     limits = {"y": tol_y, "mean": tol_y, "rstd": tol_y, "dx": tol_dx, "dw": tol_dx * 10, "db": tol_dx * 10}
     bad = {k: v for k, v in errs.items() if not v <= limits[k]}
     assert not bad, f"{runner.target} {dt} {layout}: errors {errs}"
     return y, mean, rstd, dx
+
+
+_EXACT = {}
+
+
+def _exact_cached(x, num_groups, eps, dy, weight, bias):
+    """exact(), once per problem: the same input runs on every target and layout."""
+    key = tuple(None if a is None else (a.dtype.str, a.shape, a.tobytes()) for a in (x, dy, weight, bias))
+    key += (num_groups, eps)
+    if key not in _EXACT:
+        if len(_EXACT) > 64:
+            _EXACT.clear()
+        _EXACT[key] = exact(x, num_groups, eps, dy, weight, bias)
+    return _EXACT[key]
 
 
 def _problem(rng, shape, scale, dtype, offset=0.0):
@@ -222,11 +238,12 @@ def test_float64_huge_and_tiny(runner, rng, scale, layout):
 # -- 5. NaN in one group: the same statistics on every backend -------------------------------
 
 
+@pytest.mark.parametrize("bad_value", [np.nan, np.inf])
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
-def test_nan_group_saves_nan_statistics(runner, rng, layout):
+def test_nan_group_saves_nan_statistics(runner, rng, layout, bad_value):
     x, dy = _problem(rng, (2, 8, 4, 4), 1.0, np.float32)
     clean = _call(runner, x, 4, 1e-5, dy, layout=layout)
-    x[1, 2, 1, 3] = np.nan  # sample 1, group 1
+    x[1, 2, 1, 3] = bad_value  # sample 1, group 1
     y, mean, rstd, dx, _, _ = _call(runner, x, 4, 1e-5, dy, layout=layout)
     assert np.isnan(mean[1, 1]) and np.isnan(rstd[1, 1])
     bad = np.zeros(x.shape, bool)
@@ -259,7 +276,7 @@ def test_constant_group_with_eps_zero(runner, rng, layout, shape):
     bad[0, 4:6] = True
     assert np.all(np.isnan(y[bad])) and np.all(np.isnan(dx[bad]))
     assert np.all(np.isfinite(y[~bad])) and np.all(np.isfinite(dx[~bad]))
-    yr, mr, rr, dxr, _, _ = exact(x, 4, 0.0, dy)
+    yr, mr, rr, dxr, _, _ = _exact_cached(x, 4, 0.0, dy, None, None)
     assert rel(y, yr) < 1e-5 and rel(dx, dxr) < 5e-5
 
 
@@ -312,7 +329,8 @@ def test_eps_beyond_float32(runner, rng, eps):
 def hard_problems(draw, dtypes):
     dtype = draw(st.sampled_from(dtypes))
     lo, hi = (-30.0, 38.0) if dtype == "float32" else (-300.0, 300.0)
-    exponent = draw(st.floats(lo, hi))
+    # the ends and the magnitudes where float32 formulas broke (std 1e25, eps = 0 with std 1e-20) often
+    exponent = draw(st.one_of(st.floats(lo, hi), st.sampled_from([lo, hi, 25.0, -20.0])))
     groups = draw(st.integers(1, 2))
     cpg = draw(st.integers(1, 3))
     shape = (draw(st.integers(1, 2)), groups * cpg, draw(st.integers(1, 3)), draw(st.integers(1, 3)))

@@ -328,16 +328,18 @@ def group_norm_forward(x, weight, bias, num_groups, eps, activation=None, *, lay
     # 16-bit storage: one conversion serves the statistics and the apply (astype keeps the layout)
     xs = x if x.dtype == compute_dtype else x.astype(compute_dtype)
     loops = _Loops(xs, num_groups, layout)
-    mean, var = fast_statistics(xs, loops, compute_dtype)
-    if var is None:
-        mean, var = group_statistics(xs, loops, compute_dtype, centre=mean)
-    with np.errstate(divide="ignore"):  # a constant group with eps = 0: rstd = inf (as PyTorch)
+    # quiet: outside numerics.ORDINARY_RANGE these steps overflow, and careful_forward redoes those
+    # groups; a constant group with eps = 0 has rstd = inf (as PyTorch)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        mean, var = fast_statistics(xs, loops, compute_dtype)
+        if var is None:
+            mean, var = group_statistics(xs, loops, compute_dtype, centre=mean)
         rstd64 = 1.0 / np.sqrt(var + eps)
-    mean_hi, mean_lo = split_mean(mean, compute_dtype)
-    rstd = rstd64.astype(compute_dtype)
-    scale, shift = _affine_coefficients(
-        mean_hi, mean_lo, rstd, weight, bias, num_groups, loops.channels_per_group, compute_dtype
-    )
+        mean_hi, mean_lo = split_mean(mean, compute_dtype)
+        rstd = rstd64.astype(compute_dtype)
+        scale, shift = _affine_coefficients(
+            mean_hi, mean_lo, rstd, weight, bias, num_groups, loops.channels_per_group, compute_dtype
+        )
 
     y = empty_like_layout(x, layout)
     if y.size:
