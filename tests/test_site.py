@@ -328,6 +328,23 @@ def test_notebook_04_runs_in_the_browser_and_the_explorer_draws(browser):
     for i, mean in enumerate(res["mean"]):
         n, g = divmod(i, 8)
         assert math.isclose(table[n, g], mean, rel_tol=1e-3, abs_tol=1e-3), (n, g, table[n, g], mean)
+    # a control change in the view: the comm message reaches the Pyodide kernel, which recomputes on the
+    # browser's WebGPU and sends the results back; the table then holds the G = 4 statistics of the same input
+    # (numr_web on the CPU here, from the same generated values)
+    page.select_option('[data-testid="num-groups"]', "4")
+    page.wait_for_function(
+        "(n) => document.querySelectorAll('[data-testid=\"group-stats\"] tbody tr').length === n", arg=8
+    )
+    rows = page.evaluate(
+        """() => Array.from(document.querySelectorAll('[data-testid="group-stats"] tbody tr'))
+                 .map(r => Array.from(r.children).map(c => c.textContent.trim()))"""
+    )
+    from numr_web.explorer import Explorer
+
+    want = Explorer(device="cpu", num_groups=4).decode()
+    for (n, g, m, r), want_m, want_r in zip(rows, want["mean"][1], want["rstd"][1], strict=True):
+        assert math.isclose(float(m), want_m, rel_tol=1e-4, abs_tol=1e-5), (n, g, m, want_m)
+        assert math.isclose(float(r), want_r, rel_tol=1e-4), (n, g, r, want_r)
     assert browser.failed == [], browser.failed
     print(
         f"\nnotebook 04 in the playground: first output {run['first_output_s']:.1f} s, "
