@@ -90,4 +90,6 @@ def cuda_defines() -> tuple[str, ...]:
     return (
         f"-DNUMR_BLOCK={CUDA_BLOCK}",
         f"-DNUMR_POOR_SHIFT_RATIO={POOR_SHIFT_RATIO!r}",
+        f"-DNUMR_RSTD_SCALE_EXP_F32={ORDINARY_RANGE['float32'][0]}",
+        f"-DNUMR_RSTD_SCALE_EXP_F64={ORDINARY_RANGE['float64'][0]}",
     )

@@ -562,10 +562,10 @@ class CupyBackend(Backend):
         mean = cp.ascontiguousarray(mean.astype(acc, copy=False))
         rstd = cp.ascontiguousarray(rstd.astype(acc, copy=False))
         NG, NC, PS = N * G, N * C, N * plan.pieces * C
-        ws = cp.empty(3 * PS + 5 * NC + NG + (2 * C if has_weight else 0), dtype=acc)
+        ws = cp.empty(3 * PS + 7 * NC + NG + (2 * C if has_weight else 0), dtype=acc)
         part = ws[: 3 * PS]
-        params = ws[3 * PS : 3 * PS + 5 * NC]
-        mean_lo = ws[3 * PS + 5 * NC : 3 * PS + 5 * NC + NG]
+        params = ws[3 * PS : 3 * PS + 7 * NC]  # mean_hi*s, rstd*w, b, beta, gamma, s, rstd/s*w per (n, c)
+        mean_lo = ws[3 * PS + 7 * NC : 3 * PS + 7 * NC + NG]
         storage = STORAGE_TYPES[dtype_name]
         i64 = np.int64
         reduce = self._function(dtype_name, layout, reduce_kernel(storage, layout, plan.reduce_vec, silu))
@@ -619,8 +619,8 @@ class CupyBackend(Backend):
         )
         if not has_weight:
             return dx, None, None
-        dw = ws[3 * PS + 5 * NC + NG : 3 * PS + 5 * NC + NG + C]
-        db = ws[3 * PS + 5 * NC + NG + C :]
+        dw = ws[3 * PS + 7 * NC + NG : 3 * PS + 7 * NC + NG + C]
+        db = ws[3 * PS + 7 * NC + NG + C :]
         grads = self._function(dtype_name, layout, channel_grads_kernel(acc_type))
         grads((plan.channel_blocks,), (BLOCK,), (part, rstd, mean_lo, i64(N), i64(C), i64(G), i64(plan.pieces), dw, db))
         return dx, dw.astype(weight.dtype, copy=False), db.astype(weight.dtype, copy=False)

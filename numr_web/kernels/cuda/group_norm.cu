@@ -33,8 +33,9 @@
 // NUMR_BLOCK (threads per block) and NUMR_POOR_SHIFT_RATIO come from
 // numr_web/numerics.py as -D options (numerics.cuda_defines()), so every
 // backend shares one definition.
-#if !defined(NUMR_BLOCK) || !defined(NUMR_POOR_SHIFT_RATIO)
-#error "compile with numr_web.numerics.cuda_defines(): -DNUMR_BLOCK=... -DNUMR_POOR_SHIFT_RATIO=..."
+#if !defined(NUMR_BLOCK) || !defined(NUMR_POOR_SHIFT_RATIO) || !defined(NUMR_RSTD_SCALE_EXP_F32) || \
+    !defined(NUMR_RSTD_SCALE_EXP_F64)
+#error "compile with numr_web.numerics.cuda_defines(): -DNUMR_BLOCK=... -DNUMR_POOR_SHIFT_RATIO=... -DNUMR_RSTD_SCALE_EXP_F32=..."
 #endif
 #define NUMR_WARPS (NUMR_BLOCK / 32)
 
@@ -526,6 +527,24 @@ gn_fwd_apply(const T* __restrict__ x, T* __restrict__ y, const acc_t<T>* __restr
 }
 
 // ---------------------------------------------------------------------------
+// backward scaling: the sums are taken on xc_s = x * s - mean_hi * s with s a power of two at
+// rstd where rstd leaves [2^-E, 2^E] (E = NUMR_RSTD_SCALE_EXP_F32 / _F64, numr_web/numerics.py),
+// s = 1 inside it: then rstd^2 * sum(dz * xc) neither underflows the accumulation dtype (float32
+// std beyond 7e16) nor overflows it (eps = 0 with std below 1.4e-17).
+// ---------------------------------------------------------------------------
+template <typename A>
+__device__ __forceinline__ A rstd_scale(A r) {
+    const double rr = (double)r;
+    const int lim = sizeof(A) == 4 ? NUMR_RSTD_SCALE_EXP_F32 : NUMR_RSTD_SCALE_EXP_F64;
+    if (rr >= ldexp(1.0, -lim) && rr <= ldexp(1.0, lim)) return A(1);
+    int e = 0;
+    frexp(rr, &e);  // rr = m * 2^e, m in [0.5, 1); e unspecified for NaN and inf: clamped below
+    const int emax = sizeof(A) == 4 ? 126 : 1000;
+    e = e - 1 < -emax ? -emax : (e - 1 > emax ? emax : e - 1);
+    return (A)ldexp(1.0, e);
+}
+
+// ---------------------------------------------------------------------------
 // backward: per-(n, c) partial sums over a piece of the spatial extent
 //   ds = sum dz*xc,  db = sum dz,  sx = sum xc,   xc = x - mean_hi
 // ---------------------------------------------------------------------------
@@ -552,8 +571,9 @@ gn_bwd_reduce_nchw(const T* __restrict__ dy, const T* __restrict__ x, const acc_
     const numr_u64 c = row - n * (numr_u64)C;
     const numr_u64 Cg = (numr_u64)(C / G);
     const numr_u64 ng = n * (numr_u64)G + c / Cg;
-    const A mh = mean[ng];
-    const A alpha = rstd[ng] * (has_weight ? weight[c] : A(1));
+    const A sc = rstd_scale<A>(rstd[ng]);
+    const A mh = mean[ng] * sc;
+    const A alpha = rstd[ng] / sc * (has_weight ? weight[c] : A(1));
     const A zs = has_bias ? bias[c] : A(0);
     const numr_u64 SV = (numr_u64)S / VEC;
     const numr_u64 v0 = p * (numr_u64)piece_vec;
@@ -566,7 +586,7 @@ gn_bwd_reduce_nchw(const T* __restrict__ dy, const T* __restrict__ x, const acc_
         load_vec<T, VEC>(dy + rbase + v * VEC, ga);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
-            const A xc = xa[k] - mh;
+            const A xc = xa[k] * sc - mh;
             A dz = ga[k];
             if constexpr (SILU != 0) dz *= silu_grad_factor(xc * alpha + zs);
             ds += dz * xc;
@@ -620,13 +640,14 @@ gn_bwd_reduce_nhwc(const T* __restrict__ dy, const T* __restrict__ x, const acc_
         sx[k] = A(0);
     }
     if (active) {
-        A mh[VEC], alpha[VEC], zs[VEC];
+        A mh[VEC], alpha[VEC], zs[VEC], sc[VEC];
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
             const numr_u64 c = cv * VEC + k;
             const numr_u64 ng = n * (numr_u64)G + c / Cg;
-            mh[k] = mean[ng];
-            alpha[k] = rstd[ng] * (has_weight ? weight[c] : A(1));
+            sc[k] = rstd_scale<A>(rstd[ng]);
+            mh[k] = mean[ng] * sc[k];
+            alpha[k] = rstd[ng] / sc[k] * (has_weight ? weight[c] : A(1));
             zs[k] = has_bias ? bias[c] : A(0);
         }
         const numr_u64 s0 = p * (numr_u64)piece_rows;
@@ -638,7 +659,7 @@ gn_bwd_reduce_nhwc(const T* __restrict__ dy, const T* __restrict__ x, const acc_
             load_vec<T, VEC>(dy + off, ga);
 #pragma unroll
             for (int k = 0; k < VEC; ++k) {
-                const A xc = xa[k] - mh[k];
+                const A xc = xa[k] * sc[k] - mh[k];
                 A dz = ga[k];
                 if constexpr (SILU != 0) dz *= silu_grad_factor(xc * alpha[k] + zs[k]);
                 ds[k] += dz * xc;
@@ -681,19 +702,20 @@ gn_bwd_reduce_nhwc(const T* __restrict__ dy, const T* __restrict__ x, const acc_
 // With sg = sum_c w_c db_nc, sgx = sum_c w_c ds_nc over the group's channels,
 // a = sg / M, bcoef = rstd * (sgx - mean_lo * sg) / M, the closed form is
 //   dx = rstd*w_c*dz - rstd^2*bcoef*xc + (rstd^2*bcoef*mean_lo - rstd*a)
-// and the dx kernel reads per (n, c): params[0..4][nc] =
-//   mean_hi, alpha = rstd*w_c, zshift = b_c, beta = rstd^2*bcoef, gamma = rstd^2*bcoef*mean_lo - rstd*a.
+// and the dx kernel reads per (n, c): params[0..6][nc] =
+//   mean_hi*s, alpha = rstd*w_c, zshift = b_c, beta = rstd^2*bcoef/s, gamma = rstd^2*bcoef*mean_lo - rstd*a,
+//   s, rstd/s*w_c; xc, ds, sx and mean_lo in the scaled units of rstd_scale (s = 1 for ordinary rstd).
 // mean_lo: a float32-saved mean is off by up to half an ulp; the residual
 // sum(xc)/M (accumulated by the reduce kernel) restores it, but only within
 // that ulp, so statistics a caller passes on purpose are used as given.  The
 // pre-activation z of the SiLU path is centred on mean_hi alone (as on the CPU).
 template <typename A>
-__device__ __forceinline__ double recover_mean_lo(A mean_hi, double residual_mean) {
+__device__ __forceinline__ double recover_mean_lo(A mean_hi, double residual_mean, double s) {
     if constexpr (sizeof(A) == 8) {
         return 0.0;
     } else {
         const float a = fabsf((float)mean_hi);
-        const double ulp = (double)(nextafterf(a, __int_as_float(0x7f800000)) - a);
+        const double ulp = (double)(nextafterf(a, __int_as_float(0x7f800000)) - a) * s;
         return fabs(residual_mean) <= ulp ? (double)(float)residual_mean : 0.0;  // NaN -> 0
     }
 }
@@ -733,22 +755,27 @@ gn_bwd_group_coeffs(const A* __restrict__ part, const A* __restrict__ mean, cons
     sgx = __shfl_sync(0xffffffffu, warp_sum(sgx), 0);
     sxs = __shfl_sync(0xffffffffu, warp_sum(sxs), 0);
     const double Md = (double)(Cg * (numr_u64)S);
+    const A sc = rstd_scale<A>(rstd[unit]);
+    const double s = (double)sc;
+    const double r_s = r / s;
     const A mh = mean[unit];
-    const double lo = recover_mean_lo<A>(mh, sxs / Md);
+    const double lo = recover_mean_lo<A>(mh, sxs / Md, s);  // in the scaled units
     const double a = sg / Md;
-    const double bcoef = r * (sgx - lo * sg) / Md;
-    const double beta = r * r * bcoef;
+    const double bcoef = r_s * (sgx - lo * sg) / Md;
+    const double beta = r * r_s * bcoef;  // multiplies x * s - mean_hi * s
     const double gamma = beta * lo - r * a;
     if (lane == 0) mean_lo_out[unit] = (A)lo;
     for (numr_u64 cc = lane; cc < Cg; cc += 32) {
         const numr_u64 c = g * Cg + cc;
         const numr_u64 nc = n * (numr_u64)C + c;
         const double w = has_weight ? (double)weight[c] : 1.0;
-        params[nc] = mh;
+        params[nc] = mh * sc;
         params[NC + nc] = (A)(r * w);
         params[2 * NC + nc] = has_bias ? bias[c] : A(0);
         params[3 * NC + nc] = (A)beta;
         params[4 * NC + nc] = (A)gamma;
+        params[5 * NC + nc] = sc;
+        params[6 * NC + nc] = (A)(r_s * w);
     }
 }
 
@@ -776,7 +803,7 @@ gn_bwd_channel_grads(const A* __restrict__ part, const A* __restrict__ rstd, con
             ds += (double)part[idx];
             db += (double)part[PS + idx];
         }
-        dw += (double)rstd[ng] * (ds - (double)mean_lo[ng] * db);
+        dw += (double)rstd[ng] / (double)rstd_scale<A>(rstd[ng]) * (ds - (double)mean_lo[ng] * db);
         dbs += db;
     }
     dw = warp_sum(dw);
@@ -806,10 +833,10 @@ gn_bwd_dx(const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx,
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
             const numr_u64 nc = LAYOUT == 0 ? nc0 : nc0 + k;
-            const A xc = xa[k] - params[nc];
+            const A xc = xa[k] * params[5 * NC + nc] - params[nc];
             const A alpha = params[NC + nc];
             A dz = ga[k];
-            if constexpr (SILU != 0) dz *= silu_grad_factor(xc * alpha + params[2 * NC + nc]);
+            if constexpr (SILU != 0) dz *= silu_grad_factor(xc * params[6 * NC + nc] + params[2 * NC + nc]);
             xa[k] = alpha * dz - params[3 * NC + nc] * xc + params[4 * NC + nc];
         }
         store_vec<T, VEC>(dx + v * VEC, xa);
