@@ -33,8 +33,16 @@ def _inv_sqrt(t: Fraction) -> float:
     return math.ldexp(1.0 / math.sqrt(float(u)), -h)
 
 
-def exact(x, num_groups, eps, dy=None, weight=None, bias=None):
-    """(y, mean, rstd, dx, dweight, dbias) as float64 arrays, from exact rational arithmetic.
+def _silu_and_grad(z):
+    """silu(z) and silu'(z) of a Fraction z, in float64 (a well-conditioned step after the exact ones)."""
+    zf = float(z)
+    s = 0.5 * (1.0 + math.tanh(0.5 * zf))  # sigmoid, without exp overflow
+    return zf * s, s * (1.0 + zf * (1.0 - s))
+
+
+def exact(x, num_groups, eps, dy=None, weight=None, bias=None, activation=None):
+    """(y, mean, rstd, dx, dweight, dbias) as float64 arrays, from exact rational arithmetic
+    (with SiLU, its value and derivative at the exact pre-activation are rounded to float64).
 
     A group with a NaN or an infinity gets NaN mean and rstd, and NaN y and dx; rstd = inf (a
     constant group with eps = 0) gives NaN y and dx, as PyTorch does."""
@@ -76,16 +84,22 @@ def exact(x, num_groups, eps, dy=None, weight=None, bias=None):
                 continue
             rf = Fraction(r)
             xhat = [[(v - mu) * rf for v in row] for row in vals]
-            for j, row in enumerate(xhat):
-                y[i, g * cpg + j] = [float(h * Fraction(w[g * cpg + j]) + Fraction(b[g * cpg + j])) for h in row]
+            z = [[h * Fraction(w[g * cpg + j]) + Fraction(b[g * cpg + j]) for h in row] for j, row in enumerate(xhat)]
+            act = [[_silu_and_grad(v) for v in row] for row in z] if activation == "silu" else None
+            for j, row in enumerate(z):
+                y[i, g * cpg + j] = [a[0] for a in act[j]] if act else [float(v) for v in row]
             if dys is None:
                 continue
-            gw = [[Fraction(float(d)) * Fraction(w[g * cpg + j]) for d in dys[i, g * cpg + j]] for j in range(cpg)]
+            dzs = [
+                [Fraction(float(d)) * (Fraction(act[j][k][1]) if act else 1) for k, d in enumerate(dys[i, g * cpg + j])]
+                for j in range(cpg)
+            ]
+            gw = [[d * Fraction(w[g * cpg + j]) for d in dzs[j]] for j in range(cpg)]
             mg = sum(sum(row) for row in gw) / m
             mgx = sum(sum(a * h for a, h in zip(ra, rh)) for ra, rh in zip(gw, xhat)) / m
             for j in range(cpg):
                 dx[i, g * cpg + j] = [float(rf * (a - mg - h * mgx)) for a, h in zip(gw[j], xhat[j])]
-                dz = [Fraction(float(d)) for d in dys[i, g * cpg + j]]
+                dz = dzs[j]
                 dw[g * cpg + j] += float(sum(d * h for d, h in zip(dz, xhat[j])))
                 db[g * cpg + j] += float(sum(dz))
     return y.reshape(x.shape), mean, rstd, dx.reshape(x.shape), dw, db
@@ -116,13 +130,15 @@ def rel(got, ref):
 TOL = {np.dtype(np.float32): (1e-5, 5e-5), np.dtype(np.float64): (1e-12, 1e-10)}
 
 
-def _call(runner, x, num_groups, eps, dy, weight=None, bias=None, layout="nchw"):
+def _call(runner, x, num_groups, eps, dy, weight=None, bias=None, layout="nchw", activation=None):
     if layout == "nhwc":
         x, dy = channels_last(x), channels_last(dy)
     xd = runner.put(x)
     wd, bd = runner.put(weight), runner.put(bias)
-    y, mean, rstd = numr_web.ops.group_norm_forward(xd, wd, bd, num_groups, eps)
-    dx, dw, db = numr_web.ops.group_norm_backward(runner.put(dy), xd, mean, rstd, wd, num_groups, bias=bd)
+    y, mean, rstd = numr_web.ops.group_norm_forward(xd, wd, bd, num_groups, eps, activation=activation)
+    dx, dw, db = numr_web.ops.group_norm_backward(
+        runner.put(dy), xd, mean, rstd, wd, num_groups, bias=bd, activation=activation
+    )
     return tuple(runner.get(a) for a in (y, mean, rstd, dx, dw, db))
 
 
@@ -131,31 +147,28 @@ def _skip_float64(runner, dtype):
         pytest.skip("WebGPU holds no float64")
 
 
-def _check(runner, x, num_groups, eps, dy, weight=None, bias=None, layout="nchw", what="y mean rstd dx"):
+def _check(runner, x, num_groups, eps, dy, weight=None, bias=None, layout="nchw", activation=None):
     """Every output against the exact oracle, within the dtype's tolerance."""
     dt = np.dtype(x.dtype)
     tol_y, tol_dx = TOL[dt]
-    y, mean, rstd, dx, dw, db = _call(runner, x, num_groups, eps, dy, weight, bias, layout)
-    yr, mr, rr, dxr, dwr, dbr = _exact_cached(x, num_groups, eps, dy, weight, bias)
+    y, mean, rstd, dx, dw, db = _call(runner, x, num_groups, eps, dy, weight, bias, layout, activation)
+    yr, mr, rr, dxr, dwr, dbr = _exact_cached(x, num_groups, eps, dy, weight, bias, activation)
     errs = {}
-    if "y" in what:
-        errs["y"] = scaled_err(y, yr, max(1.0, np.nanmax(np.abs(yr), initial=0.0)))
-    if "mean" in what:
-        # relative to the group's spread or size (the mean of data offset by 1e4 is off by its ulp)
-        spread = np.nanmax(np.abs(np.asarray(x, np.float64)), initial=0.0)
-        errs["mean"] = scaled_err(mean, mr, spread if spread > 0 else 1.0)
-        errs["rstd"] = rel(rstd, rr)
-    if "dx" in what:
-        # dx is a difference of terms of size rstd * |w * dy|: rounding is relative to that
-        natural = np.nanmax(np.abs(rr), initial=0.0) * np.abs(np.asarray(dy, np.float64)).max(initial=0.0)
-        if weight is not None:
-            natural *= np.abs(weight).max()
-        errs["dx"] = scaled_err(dx, dxr, max(np.nanmax(np.abs(dxr), initial=0.0), natural, np.finfo(np.float64).tiny))
-        if weight is not None:
-            # against max(1, |ref|), as tests/oracle.py's rel_err: dw = sum dz * xhat is far below its
-            # natural size sum |dz| when eps dwarfs the variance (xhat ~ 0)
-            for k, got, want in (("dw", dw, dwr), ("db", db, dbr)):
-                errs[k] = scaled_err(got, want, max(1.0, np.nanmax(np.abs(want), initial=0.0)))
+    errs["y"] = scaled_err(y, yr, max(1.0, np.nanmax(np.abs(yr), initial=0.0)))
+    # relative to the group's spread or size (the mean of data offset by 1e4 is off by its ulp)
+    spread = np.nanmax(np.abs(np.asarray(x, np.float64)), initial=0.0)
+    errs["mean"] = scaled_err(mean, mr, spread if spread > 0 else 1.0)
+    errs["rstd"] = rel(rstd, rr)
+    # dx is a difference of terms of size rstd * |w * dy|: rounding is relative to that
+    natural = np.nanmax(np.abs(rr), initial=0.0) * np.abs(np.asarray(dy, np.float64)).max(initial=0.0)
+    if weight is not None:
+        natural *= np.abs(weight).max()
+    errs["dx"] = scaled_err(dx, dxr, max(np.nanmax(np.abs(dxr), initial=0.0), natural, np.finfo(np.float64).tiny))
+    if weight is not None:
+        # against max(1, |ref|), as tests/oracle.py's rel_err: dw = sum dz * xhat is far below its
+        # natural size sum |dz| when eps dwarfs the variance (xhat ~ 0)
+        for k, got, want in (("dw", dw, dwr), ("db", db, dbr)):
+            errs[k] = scaled_err(got, want, max(1.0, np.nanmax(np.abs(want), initial=0.0)))
     limits = {"y": tol_y, "mean": tol_y, "rstd": tol_y, "dx": tol_dx, "dw": tol_dx * 10, "db": tol_dx * 10}
     bad = {k: v for k, v in errs.items() if not v <= limits[k]}
     assert not bad, f"{runner.target} {dt} {layout}: errors {errs}"
@@ -165,14 +178,14 @@ def _check(runner, x, num_groups, eps, dy, weight=None, bias=None, layout="nchw"
 _EXACT = {}
 
 
-def _exact_cached(x, num_groups, eps, dy, weight, bias):
+def _exact_cached(x, num_groups, eps, dy, weight, bias, activation=None):
     """exact(), once per problem: the same input runs on every target and layout."""
     key = tuple(None if a is None else (a.dtype.str, a.shape, a.tobytes()) for a in (x, dy, weight, bias))
-    key += (num_groups, eps)
+    key += (num_groups, eps, activation)
     if key not in _EXACT:
         if len(_EXACT) > 64:
             _EXACT.clear()
-        _EXACT[key] = exact(x, num_groups, eps, dy, weight, bias)
+        _EXACT[key] = exact(x, num_groups, eps, dy, weight, bias, activation)
     return _EXACT[key]
 
 
@@ -338,14 +351,15 @@ def hard_problems(draw, dtypes):
     offset = draw(st.sampled_from([0.0, 0.0, 1e3]))
     layout = draw(st.sampled_from(["nchw", "nhwc"]))
     affine = draw(st.booleans())
-    return dtype, exponent, shape, groups, eps, offset, layout, affine, draw(st.integers(0, 2**31 - 1))
+    activation = draw(st.sampled_from([None, "silu"]))
+    return dtype, exponent, shape, groups, eps, offset, layout, affine, activation, draw(st.integers(0, 2**31 - 1))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_whole_float_range_matches_exact_oracle(runner, data):
     dtypes = ["float32"] if runner.device == "webgpu" else ["float32", "float64"]  # WebGPU holds no float64
-    dtype, exponent, shape, groups, eps, offset, layout, affine, seed = data.draw(hard_problems(dtypes))
+    dtype, exponent, shape, groups, eps, offset, layout, affine, activation, seed = data.draw(hard_problems(dtypes))
     rng = np.random.default_rng(seed)
     scale = 10.0**exponent
     if exponent > (34.0 if dtype == "float32" else 296.0):
@@ -355,6 +369,6 @@ def test_whole_float_range_matches_exact_oracle(runner, data):
         eps = 1e-5  # one-element groups are constant: covered by test_constant_group_with_eps_zero
     w = rng.standard_normal(shape[1]).astype(dtype) if affine else None
     b = rng.standard_normal(shape[1]).astype(dtype) if affine else None
-    if eps == 0.0 and np.any(np.ptp(x.reshape(shape[0], groups, -1), axis=2) == 0):
+    if eps == 0.0 and np.any(np.ptp(x.astype(np.float64).reshape(shape[0], groups, -1), axis=2) == 0):
         return  # a constant group (the draw rounded every element alike): the test above covers it
-    _check(runner, x, groups, eps, dy, w, b, layout)
+    _check(runner, x, groups, eps, dy, w, b, layout, activation)
