@@ -1,30 +1,30 @@
 """The fused CPU kernels' threads on a machine whose cores are shared (issue 16).
 
 A notebook shares its machine with other kernels, builds and browsers.  With
-GNU OpenMP's default wait policy (a thread that reaches the end of a parallel
-region spins for milliseconds before it sleeps) and two busy-loop processes on
-two cores, a 0.16 ms forward took 8 ms: the spinning thread holds a core while
-the thread it waits for is off the CPU.  Three decisions keep the slowdown
-graceful:
+two busy-loop processes on two cores, two OpenMP threads collapse: GNU
+OpenMP's threads spin for milliseconds at the end of a parallel region before
+they sleep, and the spinning one holds a core while the thread it waits for is
+off the CPU (a 0.16 ms forward took 8 ms).  The decisions made here:
 
-* **Wait policy.**  ``start_runtime`` sets ``OMP_WAIT_POLICY=passive`` for the
-  moment Numba loads its OpenMP runtime (GNU OpenMP reads it then, once) and
-  restores the environment after, so other OpenMP runtimes and child processes
-  see the user's.  A user's own ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` wins;
-  so does a runtime that something else started first (``policy()`` says
-  which).  Numba's ``tbb`` and ``workqueue`` layers never spin for long.
+* **When to go parallel.**  Below ``SERIAL_BELOW`` elements a call runs on one
+  thread.  Above it, each kind of call (direction, layout, size octave) runs on
+  the faster of "parallel" and "serial" as timed here (the median of each
+  one's last ``WINDOW`` calls): the first calls try both, then the loser is
+  timed again now and then (every ``PROBE_MIN`` calls, backing off to
+  ``PROBE_MAX`` while it keeps losing).  On an idle machine parallel wins; once
+  other processes take the cores, two calls later serial does, and a probe
+  brings parallel back when they leave.  The kernels' splits are fixed by the
+  shape, not the thread count, so results are bitwise the same either way.
 * **How many threads.**  At most the cores this process may run on
   (``os.sched_getaffinity``) and at most Numba's own setting
   (``NUMBA_NUM_THREADS``, ``numba.set_num_threads``).
-* **When to go parallel.**  Below ``SERIAL_BELOW`` elements a call runs on one
-  thread (waking a sleeping thread costs more than the work).  Above it, each
-  kind of call (direction, layout, size octave) runs on the faster of "parallel"
-  and "serial" as timed here (the median of each one's last ``WINDOW`` calls):
-  the first calls try both, then the loser is timed again now and then (every
-  ``PROBE_MIN`` calls, backing off to ``PROBE_MAX`` while it keeps losing).
-  On an idle machine parallel wins; when the other cores are busy, the one
-  that holds up better.  The kernels' splits are fixed
-  by the shape, not the thread count, so results are bitwise the same either way.
+* **Wait policy.**  OpenMP's default is kept: its spinning is what makes two
+  threads pay on an idle machine (on this project's 2-core VM, with
+  ``OMP_WAIT_POLICY=passive`` two threads were no faster than one: waking a
+  sleeping thread cost about as much as the work), and under contention the
+  calls go serial, so nothing waits on a descheduled thread.  A user's
+  ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` applies as usual; ``policy()`` says
+  which policy is in force.  (Measurements: docs/reports/2026-12-01-contention.md.)
 
 ``NUMR_WEB_CPU_THREADS=parallel|serial`` pins the choice (``auto`` by default).
 """
@@ -66,9 +66,7 @@ def usable_cores() -> int:
 
 
 def start_runtime() -> str:
-    """Load Numba's threading layer with a passive OpenMP wait policy (unless the user chose one).
-
-    Called once, before the first parallel kernel; returns the policy in force (``policy()``)."""
+    """Start Numba's threading layer (once, before the first parallel kernel) and note its wait policy."""
     global _started, _policy, _get, _set
     if _started:
         return _policy
@@ -78,25 +76,15 @@ def start_runtime() -> str:
         import numba
         from numba.np.ufunc import parallel
 
-        already = bool(getattr(parallel, "_is_initialized", False))
-        user = {k: os.environ[k] for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in os.environ}
-        ours = not already and not user
-        if ours:
-            os.environ["OMP_WAIT_POLICY"] = "passive"
-        try:
-            numba.get_num_threads()  # launches the threading layer: GNU OpenMP reads its environment now
-        finally:
-            if ours:
-                del os.environ["OMP_WAIT_POLICY"]
+        numba.get_num_threads()  # launches the threading layer
         layer = numba.threading_layer()
+        user = [f"{k}={os.environ[k]}" for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in os.environ]
         if layer != "omp":
-            _policy = f"{layer} layer (no spinning wait)"
+            _policy = f"the {layer} layer's"
         elif user:
-            _policy = "the user's " + ", ".join(f"{k}={v}" for k, v in user.items())
-        elif already:
-            _policy = "OpenMP's as started before numr_web (OMP_WAIT_POLICY not applied)"
+            _policy = "OpenMP with " + ", ".join(user)
         else:
-            _policy = "OMP_WAIT_POLICY=passive (set while Numba's OpenMP runtime loaded)"
+            _policy = "OpenMP's default (spins, then sleeps); busy machine: calls go serial"
         # the raw thread-count calls (a few microseconds cheaper per call than the checked public ones)
         _get = getattr(parallel, "_get_num_threads", None) or numba.get_num_threads
         _set = getattr(parallel, "_set_num_threads", None) or numba.set_num_threads
