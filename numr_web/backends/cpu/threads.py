@@ -8,8 +8,8 @@ off the CPU (a 0.16 ms forward took 8 ms).  The decisions made here:
 
 * **When to go parallel.**  Below ``SERIAL_BELOW`` elements a call runs on one
   thread.  Above it, each kind of call (direction, layout, size octave) runs on
-  the faster of "parallel" and "serial" as timed here (the median of each
-  one's last ``WINDOW`` calls): the first calls try both, then the loser is
+  the faster of "parallel" and "serial" as timed here (the second best of
+  each one's last ``WINDOW`` calls): the first calls try both, then the loser is
   timed again now and then (every ``PROBE_MIN`` calls, backing off to
   ``PROBE_MAX`` while it keeps losing).  On an idle machine parallel wins; once
   other processes take the cores, two calls later serial does, and a probe
@@ -104,8 +104,10 @@ def mode() -> str:
     return value
 
 
-#: timings kept per mode; a mode's estimate is the median of its last WINDOW timings
-WINDOW = 3
+#: timings kept per mode; a mode's estimate is the second smallest of them (the smallest while it has
+#: fewer than 4): a call the scheduler interrupted (a busy core's time slice, several milliseconds) or
+#: one lucky call does not move it
+WINDOW = 5
 #: timings each mode gets before the first choice
 EXPLORE = 2
 
@@ -123,7 +125,7 @@ class _Entry:
 
     def estimate(self, which):
         t = sorted(self.times[which])
-        return t[len(t) // 2]
+        return t[1] if len(t) >= 4 else t[0]
 
 
 def _choose(key):
