@@ -7,7 +7,7 @@ they sleep, and the spinning one holds a core while the thread it waits for is
 off the CPU (a 0.16 ms forward took 8 ms).  The decisions made here:
 
 * **When to go parallel.**  Below ``SERIAL_BELOW`` elements a call runs on one
-  thread.  Above it, each kind of call (direction, layout, size octave) runs on
+  thread.  Above it, each kind of call (direction, layout, shape, dtype) runs on
   the faster of "parallel" and "serial" as timed here (the second best of
   each one's last ``WINDOW`` calls): the first calls try both, then the loser is
   timed again now and then (every ``PROBE_MIN`` calls, backing off to
@@ -50,7 +50,7 @@ _lock = threading.Lock()
 _started = False
 _policy = "not started"
 _cores = None
-_stats: dict = {}  # (kind, layout, size octave) -> _Entry
+_stats: dict = {}  # (kind, layout, shape, dtype) or (kind, layout, size octave) -> _Entry
 _get = _set = None
 
 
@@ -108,6 +108,8 @@ def mode() -> str:
 #: fewer than 4): a call the scheduler interrupted (a busy core's time slice, several milliseconds) or
 #: one lucky call does not move it
 WINDOW = 5
+#: kinds of call (direction, layout, shape, dtype) timed separately; past this many, by size octave
+MAX_KINDS = 256
 #: timings each mode gets before the first choice
 EXPLORE = 2
 
@@ -174,7 +176,10 @@ def policy_call(kind):
             elif how == "parallel":
                 which, st, probe = _PAR, None, False
             else:
-                which, st, probe = _choose((kind, layout, size.bit_length()))
+                key = (kind, layout, first.shape, first.dtype)
+                if key not in _stats and len(_stats) >= MAX_KINDS:
+                    key = (kind, layout, size.bit_length())  # many shapes: by size octave
+                which, st, probe = _choose(key)
             want = cap if which == _PAR else 1
             if want != current:
                 _set(want)
@@ -195,7 +200,7 @@ def policy_call(kind):
 
 
 def choices() -> dict:
-    """What the chooser has learnt: ``{(kind, layout, size octave): (parallel, serial)}`` in ns per element."""
+    """What the chooser has learnt: ``{(kind, layout, shape, dtype): (parallel, serial)}`` in ns per element."""
     out = {}
     for key, e in list(_stats.items()):
         out[key] = tuple(round(e.estimate(w) * 1e9, 3) if e.times[w] else None for w in (_PAR, _SER))
