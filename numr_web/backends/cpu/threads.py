@@ -10,10 +10,10 @@ off the CPU (a 0.16 ms forward took 8 ms).  The decisions made here:
   thread.  Above it, each kind of call (direction, layout, shape, dtype) runs on
   the faster of "parallel" and "serial" as timed here (the second best of
   each one's last ``WINDOW`` calls): the first calls try both, then the loser is
-  timed again now and then (every ``PROBE_MIN`` calls, backing off to
-  ``PROBE_MAX`` while it keeps losing).  On an idle machine parallel wins; once
-  other processes take the cores, two calls later serial does, and a probe
-  brings parallel back when they leave.  The kernels' splits are fixed by the
+  timed again now and then (``PROBE_RUN`` calls in a row, every ``PROBE_MIN``
+  calls, backing off to ``PROBE_MAX`` while it keeps losing).  On an idle
+  machine parallel wins; once other processes take the cores, a few calls later
+  serial does where it is faster, and a probe brings parallel back.  The kernels' splits are fixed by the
   shape, not the thread count, so results are bitwise the same either way.
 * **How many threads.**  At most the cores this process may run on
   (``os.sched_getaffinity``) and at most Numba's own setting
@@ -38,9 +38,11 @@ import time
 
 #: calls on fewer elements always run on one thread
 SERIAL_BELOW = 1 << 16
-#: a losing mode is timed again after this many calls, doubling while it keeps losing, up to PROBE_MAX
+#: a losing mode is timed again (PROBE_RUN calls in a row) after this many calls, doubling while it
+#: keeps losing, up to PROBE_MAX
 PROBE_MIN = 8
 PROBE_MAX = 256
+PROBE_RUN = 3
 #: the environment variable that pins the choice
 MODE_ENV = "NUMR_WEB_CPU_THREADS"
 MODES = ("auto", "parallel", "serial")
@@ -117,13 +119,14 @@ EXPLORE = 2
 class _Entry:
     """Per kind of call: recent seconds-per-element of each mode, and when to probe the loser."""
 
-    __slots__ = ("times", "calls", "since_probe", "interval")
+    __slots__ = ("times", "calls", "since_probe", "interval", "probing")
 
     def __init__(self):
         self.times = ([], [])  # parallel, serial
         self.calls = 0
         self.since_probe = 0
         self.interval = PROBE_MIN
+        self.probing = 0  # calls left in the current probe run
 
     def estimate(self, which):
         t = sorted(self.times[which])
@@ -131,7 +134,7 @@ class _Entry:
 
 
 def _choose(key):
-    """(mode, entry or None when the call is not timed, whether this call is a probe of the losing mode)."""
+    """(mode, entry or None when the call is not timed, whether this call ends a probe run of the losing mode)."""
     e = _stats.get(key)
     if e is None:
         e = _stats[key] = _Entry()
@@ -142,19 +145,25 @@ def _choose(key):
         if len(e.times[which]) < EXPLORE:
             return which, e, False
     best = _PAR if e.estimate(_PAR) <= e.estimate(_SER) else _SER
+    if e.probing:
+        # a probe is a short run of calls: the first parallel call after serial ones wakes sleeping
+        # threads, the next ones show what parallel costs now
+        e.probing -= 1
+        return 1 - best, e, e.probing == 0
     e.since_probe += 1
     if e.since_probe >= e.interval:
         e.since_probe = 0
-        return 1 - best, e, True
+        e.probing = PROBE_RUN - 1
+        return 1 - best, e, e.probing == 0
     return best, e, False
 
 
-def _record(e, which, seconds_per_element, probe):
+def _record(e, which, seconds_per_element, probe_done):
     times = e.times[which]
     times.append(seconds_per_element)
     if len(times) > WINDOW:
         del times[0]
-    if probe:  # the probed mode still loses: probe less often; it wins: it is the choice from now on
+    if probe_done:  # the probed mode still loses: probe less often; it wins: it is the choice from now on
         e.interval = PROBE_MIN if e.estimate(which) < e.estimate(1 - which) else min(2 * e.interval, PROBE_MAX)
 
 
