@@ -328,15 +328,20 @@ function render({ model, el }: RenderProps<Traits>): () => void {
       const p = cellAt(e as MouseEvent);
       if (p) select_(p);
     });
+    arrowKeys(canvas, v.sel, v.n, v.g, select_);
+    return figure(`${label} per (n, g): rows n = 0…${v.n - 1}, columns g = 0…${v.g - 1}; colour from ${fmt(lo)} (dark) to ${fmt(hi)} (yellow). Click a cell to select it.`, canvas);
+  }
+
+  /** Arrow keys on a focused grid canvas move `from` (row, column) within rows x cols and hand the cell to `go`,
+   *  which redraws and puts the focus back on the canvas. */
+  function arrowKeys(canvas: HTMLCanvasElement, from: [number, number], rows: number, cols: number, go: (p: [number, number], focus?: string) => void): void {
+    const step: Record<string, [number, number]> = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
     onDraw(canvas, "keydown", (e) => {
-      const k = (e as KeyboardEvent).key;
-      const d: Record<string, [number, number]> = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
-      const m = d[k];
+      const m = step[(e as KeyboardEvent).key];
       if (!m) return;
       e.preventDefault();
-      select_([Math.min(v.n - 1, Math.max(0, v.sel[0] + m[0])), Math.min(v.g - 1, Math.max(0, v.sel[1] + m[1]))], canvas.dataset.testid);
+      go([Math.min(rows - 1, Math.max(0, from[0] + m[0])), Math.min(cols - 1, Math.max(0, from[1] + m[1]))], canvas.dataset.testid);
     });
-    return figure(`${label} per (n, g): rows n = 0…${v.n - 1}, columns g = 0…${v.g - 1}; colour from ${fmt(lo)} (dark) to ${fmt(hi)} (yellow). Click a cell to select it.`, canvas);
   }
 
   let refocus: string | undefined;
@@ -587,14 +592,7 @@ function render({ model, el }: RenderProps<Traits>): () => void {
         if (p) choose(p);
       });
     }
-    onDraw(canvas, "keydown", (e) => {
-      const k = (e as KeyboardEvent).key;
-      const d: Record<string, [number, number]> = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
-      const m = d[k];
-      if (!m) return;
-      e.preventDefault();
-      choose([Math.min(v.c - 1, Math.max(0, el[0] + m[0])), Math.min(v.s - 1, Math.max(0, el[1] + m[1]))], canvas.dataset.testid);
-    });
+    arrowKeys(canvas, el, v.c, v.s, choose);
     const f = figure(desc, canvas);
     if (painting) {
       const mask = vals;
