@@ -515,3 +515,13 @@ def test_arrays_split_over_results_and_input_data_decode_alike(page):
     page.evaluate("(p) => window.pyUpdate(p)", {"results_b64": b64_2, "results_meta": meta_2, "num_groups": 2})
     assert_stats_table(page, new)
     np.testing.assert_allclose(float(text(page, "we-x")), arrays["x"][0, 0, 0, 0], rtol=1e-6)
+
+
+def test_heatmap_keyboard_moves_the_selection_and_keeps_the_focus(page):
+    mount(page, state_for(compute(), selected=[0, 0]))
+    page.locator('[data-testid="heatmap-rstd"]').focus()
+    for key, want in [("ArrowRight", [0, 1]), ("ArrowDown", [1, 1]), ("ArrowDown", [1, 1]), ("ArrowLeft", [1, 0])]:
+        page.keyboard.press(key)
+        assert sets(page)[-1] == ["selected", want]
+        assert page.evaluate("document.activeElement.dataset.testid") == "heatmap-rstd"
+    assert page.locator('[data-testid="selected"] h3').text_content() == "Selected group (n = 1, g = 0)"
