@@ -345,10 +345,10 @@ function render({ model, el }: RenderProps<Traits>): () => void {
   }
 
   let refocus: string | undefined;
+  /** Selects group p; the change event redraws (once, in a microtask) and puts the focus back on `focus`. */
   function select_(p: [number, number], focus?: string): void {
     refocus = focus;
     send("selected", [p[0], p[1]]);
-    redraw();
   }
   function showTip(ev: MouseEvent, text: string): void {
     tooltip.textContent = text;
@@ -523,7 +523,6 @@ function render({ model, el }: RenderProps<Traits>): () => void {
       model.set("selected", [n, Math.floor(p[0] / v.cg)]);
       model.set("element", [p[0], p[1]]);
       model.save_changes();
-      redraw();
     };
     onDraw(canvas, "mousemove", (e) => {
       const ev = e as MouseEvent;
