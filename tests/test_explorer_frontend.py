@@ -508,13 +508,27 @@ def test_arrays_split_over_results_and_input_data_decode_alike(page):
     assert_stats_table(page, arrays)
     np.testing.assert_allclose(float(text(page, "we-x")), arrays["x"][0, 0, 0, 0], rtol=1e-6)
     np.testing.assert_allclose(float(text(page, "we-dx")), arrays["dx"][0, 0, 0, 0], rtol=1e-6)
-    # new results with the same input_data (a G change sends only results): x still decodes
-    new = compute(affine=True, g=2)
+    # new results with the same input_data (an eps change sends only results): x still decodes
+    new = compute(affine=True, eps=0.5)
     b64_2, meta_2 = pack({k: v for k, v in new.items() if k not in fixed}, version=2)
     meta_2["arrays"].update(meta_in["arrays"])
-    page.evaluate("(p) => window.pyUpdate(p)", {"results_b64": b64_2, "results_meta": meta_2, "num_groups": 2})
+    page.evaluate(
+        "() => { window.__x = document.querySelector('[data-testid=image-x]');"
+        " window.__y = document.querySelector('[data-testid=image-y]'); }"
+    )
+    page.evaluate("(p) => window.pyUpdate(p)", {"results_b64": b64_2, "results_meta": meta_2, "eps": 0.5})
     assert_stats_table(page, new)
     np.testing.assert_allclose(float(text(page, "we-x")), arrays["x"][0, 0, 0, 0], rtol=1e-6)
+    # the x image, whose values and group edges did not change, keeps its canvas; y's is drawn anew
+    same = "(id) => document.querySelector(`[data-testid=image-${id}]`) === window['__' + id]"
+    assert page.evaluate(same, "x") and not page.evaluate(same, "y")
+    # a new input_data buffer (a seed change) draws x anew too
+    b64_3, meta_3 = pack(fixed)
+    for info in meta_3["arrays"].values():
+        info["trait"] = "input_data"
+    meta_2["arrays"].update(meta_3["arrays"])
+    page.evaluate("(p) => window.pyUpdate(p)", {"input_data_b64": b64_3, "results_meta": meta_2})
+    assert not page.evaluate(same, "x")
 
 
 def test_heatmap_keyboard_moves_the_selection_and_keeps_the_focus(page):
@@ -525,3 +539,16 @@ def test_heatmap_keyboard_moves_the_selection_and_keeps_the_focus(page):
         assert sets(page)[-1] == ["selected", want]
         assert page.evaluate("document.activeElement.dataset.testid") == "heatmap-rstd"
     assert page.locator('[data-testid="selected"] h3').text_content() == "Selected group (n = 1, g = 0)"
+
+
+def test_histograms_count_the_selected_groups_values(page):
+    arrays = compute(hw=(8, 8))
+    n, g = 1, 2
+    mount(page, state_for(arrays, selected=[n, g]))
+    cg = arrays["x"].shape[1] // arrays["mean"].shape[1]
+    for name in ("x", "y"):
+        vals = arrays[name][n, g * cg : (g + 1) * cg].astype(np.float64).ravel()
+        want, _ = np.histogram(vals, bins=30, range=(vals.min(), vals.max()))
+        got = np.array(page.locator(f'[data-testid="hist-{name}"]').get_attribute("data-counts").split(), int)
+        assert got.sum() == vals.size
+        assert np.abs(got - want).sum() <= 2, (got, want)  # a value on a bin edge may fall either side

@@ -388,12 +388,26 @@ function render({ model, el }: RenderProps<Traits>): () => void {
     return a.data.subarray(start, start + v.cg * v.s);
   }
 
+  /** Counts of `vals` in `count` equal bins over [lo, hi] (the last bin closed), non-finite values left out:
+   *  binned here in one pass, so Plot draws 30 rectangles instead of binning thousands of values. */
+  function bins(vals: Float32Array, lo: number, hi: number, count: number): { x1: number; x2: number; y: number }[] {
+    const width = hi > lo ? (hi - lo) / count : 1;
+    const n = new Uint32Array(count);
+    for (const v of vals) {
+      if (!Number.isFinite(v)) continue;
+      const k = Math.min(count - 1, Math.max(0, Math.floor((v - lo) / width)));
+      n[k] = (n[k] ?? 0) + 1;
+    }
+    return Array.from(n, (y, k) => ({ x1: lo + k * width, x2: k === count - 1 && hi > lo ? hi : lo + (k + 1) * width, y }));
+  }
+
   function histogram(vals: Float32Array | null, label: string, testid: string): HTMLElement {
     if (vals === null) return h("p", { class: "nw-note" }, `${label}: sample not sent (only the first samples of large tensors are).`);
     const [lo, hi] = extent(vals);
     let sum = 0;
     for (const x of vals) sum += x;
-    const desc = `Histogram of ${label}: ${vals.length} values from ${fmt(lo)} to ${fmt(hi)}, average ${fmt(sum / vals.length)}`;
+    const data = bins(vals, lo, hi, 30);
+    const desc = `Histogram of ${label}: ${vals.length} values from ${fmt(lo)} to ${fmt(hi)}, average ${fmt(sum / vals.length)}, in 30 equal bins`;
     const plot = Plot.plot({
       width: 300,
       height: 150,
@@ -402,10 +416,11 @@ function render({ model, el }: RenderProps<Traits>): () => void {
       style: { background: "transparent", color: "currentColor", fontSize: "10px" },
       x: { label },
       y: { label: "count", grid: true },
-      marks: [Plot.rectY(vals, { ...Plot.binX({ y: "count" }, { x: (d: number) => d, thresholds: 30 }), fill: "var(--jp-brand-color1, #1976d2)" }), Plot.ruleY([0])],
+      marks: [Plot.rectY(data, { x1: "x1", x2: "x2", y: "y", insetLeft: 0.5, insetRight: 0.5, fill: "var(--jp-brand-color1, #1976d2)" }), Plot.ruleY([0])],
     });
     const f = figure(desc, plot);
     f.dataset.testid = testid;
+    f.dataset.counts = data.map((d) => d.y).join(" ");
     return f;
   }
 
@@ -494,6 +509,7 @@ function render({ model, el }: RenderProps<Traits>): () => void {
     send("dy_paint", new DataView(paintMask(cubeView ?? (viewOf(model, results) as View)).slice().buffer));
   }
 
+  const imageCache = new Map<string, { src: Float32Array; key: string; canvas: HTMLCanvasElement; range: [number, number] }>();
   function image(v: View, name: string, n: number, label: string): HTMLElement {
     const painting = name === "dy" && String(model.get("grad_mode")) === "painted";
     const a = v.r.get(name);
@@ -501,14 +517,24 @@ function render({ model, el }: RenderProps<Traits>): () => void {
     const vals = painting ? paintMask(v) : (a as NdArray).data.subarray(n * v.c * v.s, (n + 1) * v.c * v.s);
     const px = Math.max(1, Math.min(8, Math.floor(520 / v.s)));
     const rh = Math.max(1, Math.min(8, Math.floor(260 / v.c)));
-    const canvas = h("canvas", { class: painting ? "nw-image nw-paint" : "nw-image", role: "img", tabindex: "0", "data-testid": `image-${name}` });
-    canvas.width = v.s * px;
-    canvas.height = v.c * rh;
-    canvas.dataset.px = String(px);
-    canvas.dataset.rh = String(rh);
     const el = elementOf(v);
     const mark = (): [number, number] | null => (n === v.sel[0] ? el : null);
-    const [lo, hi] = paintImage(canvas, vals, v, px, rh, mark());
+    // an image whose values and marks did not change (x and dy on a G change) keeps its drawn canvas
+    const key = `${n}|${v.c}|${v.s}|${v.cg}|${px}|${rh}|${mark()?.join(",") ?? ""}`;
+    const hit = painting ? undefined : imageCache.get(name);
+    const reuse = hit !== undefined && hit.src === a?.data && hit.key === key;
+    const canvas = reuse ? hit.canvas : h("canvas", { class: painting ? "nw-image nw-paint" : "nw-image", role: "img", tabindex: "0", "data-testid": `image-${name}` });
+    let lo: number, hi: number;
+    if (reuse) {
+      [lo, hi] = hit.range;
+    } else {
+      canvas.width = v.s * px;
+      canvas.height = v.c * rh;
+      canvas.dataset.px = String(px);
+      canvas.dataset.rh = String(rh);
+      [lo, hi] = paintImage(canvas, vals, v, px, rh, mark());
+      if (a !== undefined && !painting) imageCache.set(name, { src: a.data, key, canvas, range: [lo, hi] });
+    }
     const how = painting ? "Drag to paint dy = 1 (Shift: erase); the kernel recomputes when you let go. " : "Click an element to follow it in the worked example; arrow keys move it. ";
     const desc = `${label} of sample ${n}: ${v.c} channels (rows, groups of ${v.cg}) by ${v.s} positions (columns); values from ${fmt(lo)} to ${fmt(hi)}${lo < 0 && hi > 0 ? " (blue negative, red positive)" : ""}. ${how}`;
     canvas.setAttribute("aria-label", desc);
@@ -839,9 +865,21 @@ function render({ model, el }: RenderProps<Traits>): () => void {
   }
 
   // ---- redraw ---------------------------------------------------------------------------------------------
+  /** The arrays of an unchanged input_data buffer keep their identity across decodes (so their views can be kept). */
+  let lastInput: { buffer: unknown; arrays: Map<string, { offset: number; arr: NdArray }> } = { buffer: null, arrays: new Map() };
   function decode(): void {
     meta = parseMeta(model.get("results_meta"));
-    results = decodeResults({ results: model.get("results"), input_data: model.get("input_data") }, meta);
+    const input = model.get("input_data");
+    results = decodeResults({ results: model.get("results"), input_data: input }, meta);
+    const kept = new Map<string, { offset: number; arr: NdArray }>();
+    for (const [name, info] of Object.entries(meta?.arrays ?? {})) {
+      const arr = results.get(name);
+      if (info.trait !== "input_data" || arr === undefined) continue;
+      const prev = lastInput.buffer === input ? lastInput.arrays.get(name) : undefined;
+      if (prev && prev.offset === info.offset && prev.arr.shape.join() === arr.shape.join()) results.set(name, prev.arr);
+      kept.set(name, { offset: info.offset, arr: results.get(name) ?? arr });
+    }
+    lastInput = { buffer: input, arrays: kept };
   }
 
   /** Redraws every view from the decoded results. With `progressive` (new results arriving on a drawn view) the
