@@ -60,11 +60,12 @@ window.mount = (state, kind = "dataview") => {
 };
 
 // what the kernel side does: change traits, then fire their change events; resolves once every view is drawn
-// (new results redraw the statistics at once and the other views in the next animation frame)
+// (new results redraw the statistics at once and the other views after the next frame is painted)
 window.pyUpdate = (patch, kind = "dataview") => {
   const p = decodeState(patch, kind);
   Object.assign(window.model.state, p);
   for (const k of Object.keys(p)) window.model.emit(`change:${k}`);
-  return new Promise((resolve) => requestAnimationFrame(() => setTimeout(() => resolve(true), 0)));
+  // (the other views are drawn in a task queued from the next animation frame: wait past it)
+  return new Promise((resolve) => requestAnimationFrame(() => setTimeout(() => setTimeout(() => resolve(true), 0), 0)));
 };
 window.harnessReady = true;

@@ -883,14 +883,21 @@ function render({ model, el }: RenderProps<Traits>): () => void {
   }
 
   /** Redraws every view from the decoded results. With `progressive` (new results arriving on a drawn view) the
-   *  statistics section, which every control changes, is replaced at once and the other sections in the next animation
-   *  frame, so the table and heatmaps show the new numbers a frame sooner. `data-drawn` on the body says which results
+   *  statistics section, which every control changes, is replaced at once and the other sections after the next frame
+   *  is painted, so the table and heatmaps show the new numbers a frame sooner. `data-drawn` on the body says which results
    *  version every view shows. */
+  // the other views: after the frame that paints the statistics (a rAF callback runs before that frame's paint,
+  // so the work goes to a task queued from it); a newer redraw cancels a pending one
   let restFrame = 0;
+  let restTask: ReturnType<typeof setTimeout> | undefined;
+  const cancelRest = (): void => {
+    cancelAnimationFrame(restFrame);
+    clearTimeout(restTask);
+  };
   function redraw(progressive = false): void {
     drawn.abort();
     drawn = new AbortController();
-    cancelAnimationFrame(restFrame);
+    cancelRest();
     drawStatus();
     hideTip();
     const v = viewOf(model, results);
@@ -942,7 +949,7 @@ function render({ model, el }: RenderProps<Traits>): () => void {
       }
       body.dataset.drawn = String(meta?.version ?? "");
     };
-    if (progressive) restFrame = requestAnimationFrame(() => signal.aborted || rest());
+    if (progressive) restFrame = requestAnimationFrame(() => (restTask = setTimeout(() => signal.aborted || rest(), 0)));
     else rest();
   }
 
@@ -989,7 +996,7 @@ function render({ model, el }: RenderProps<Traits>): () => void {
 
   return () => {
     for (const [ev, f] of handlers) model.off(ev, f);
-    cancelAnimationFrame(restFrame);
+    cancelRest();
     drawn.abort();
     ac.abort();
   };
