@@ -55,7 +55,8 @@ _MISSING = (
 )
 _MISSING_ESM = "export default { render({ el }) { el.textContent = " + repr(_MISSING).replace("'", '"') + "; } };\n"
 
-#: the traits whose change recomputes (the contract's writable traits but ``sample``/``selected``)
+#: the traits whose change recomputes (the contract's writable traits but ``sample``, ``selected``, ``element``;
+#: ``dy_paint`` recomputes in the "painted" mode only)
 RECOMPUTE = (
     "num_groups",
     "eps",

@@ -179,18 +179,8 @@ def test_what_is_kept_between_recomputes_never_goes_stale(device):
         np.testing.assert_array_equal(a, first[k])
 
 
-_CONTROLS = (
-    "num_groups",
-    "eps",
-    "offset",
-    "scale",
-    "channel_spread",
-    "outlier_channel",
-    "seed",
-    "dtype",
-    "memory_layout",
-)
-_CONTROLS += ("silu", "grad_mode", "batch")
+#: the controls a fresh Explorer is given to compare with one whose controls moved
+_CONTROLS = tuple(name for name in explorer_module.RECOMPUTE if name != "max_samples")
 
 
 def test_batch_keeps_first_samples_gn_stats_not_bn(device):
