@@ -121,6 +121,20 @@ function extent(a: ArrayLike<number>): [number, number] {
   return lo <= hi ? [lo, hi] : [0, 0];
 }
 
+/** A small Observable Plot chart in the Explorer's style (theme colours, a zero rule), described by `desc`. */
+function smallPlot(width: number, marginLeft: number, desc: string, xLabel: string, yLabel: string, marks: Plot.Markish[]): SVGSVGElement | HTMLElement {
+  return Plot.plot({
+    width,
+    height: 150,
+    marginLeft,
+    ariaLabel: desc,
+    style: { background: "transparent", color: "currentColor", fontSize: "10px" },
+    x: { label: xLabel },
+    y: { label: yLabel, grid: true },
+    marks: [...marks, Plot.ruleY([0])],
+  });
+}
+
 function figure(caption: string, ...body: Node[]): HTMLElement {
   return h("figure", { class: "nw-figure" }, ...body, h("figcaption", {}, caption));
 }
@@ -408,16 +422,9 @@ function render({ model, el }: RenderProps<Traits>): () => void {
     for (const x of vals) sum += x;
     const data = bins(vals, lo, hi, 30);
     const desc = `Histogram of ${label}: ${vals.length} values from ${fmt(lo)} to ${fmt(hi)}, average ${fmt(sum / vals.length)}, in 30 equal bins`;
-    const plot = Plot.plot({
-      width: 300,
-      height: 150,
-      marginLeft: 44,
-      ariaLabel: desc,
-      style: { background: "transparent", color: "currentColor", fontSize: "10px" },
-      x: { label },
-      y: { label: "count", grid: true },
-      marks: [Plot.rectY(data, { x1: "x1", x2: "x2", y: "y", insetLeft: 0.5, insetRight: 0.5, fill: "var(--jp-brand-color1, #1976d2)" }), Plot.ruleY([0])],
-    });
+    const plot = smallPlot(300, 44, desc, label, "count", [
+      Plot.rectY(data, { x1: "x1", x2: "x2", y: "y", insetLeft: 0.5, insetRight: 0.5, fill: "var(--jp-brand-color1, #1976d2)" }),
+    ]);
     const f = figure(desc, plot);
     f.dataset.testid = testid;
     f.dataset.counts = data.map((d) => d.y).join(" ");
@@ -638,19 +645,9 @@ function render({ model, el }: RenderProps<Traits>): () => void {
     const data = Array.from(a.data, (y, c) => ({ c, y, odd: Math.floor(c / v.cg) % 2 === 1 }));
     const [lo, hi] = extent(a.data);
     const desc = `${label} per channel, ${v.c} bars (alternate shades mark the ${v.g} groups), from ${fmt(lo)} to ${fmt(hi)}`;
-    const plot = Plot.plot({
-      width: 320,
-      height: 150,
-      marginLeft: 52,
-      ariaLabel: desc,
-      style: { background: "transparent", color: "currentColor", fontSize: "10px" },
-      x: { label: "channel" },
-      y: { label, grid: true },
-      marks: [
-        Plot.rectY(data, { x1: "c", x2: (d: { c: number }) => d.c + 1, y: "y", fill: (d: { odd: boolean }) => (d.odd ? "var(--jp-brand-color2, #64b5f6)" : "var(--jp-brand-color1, #1976d2)"), inset: 0.2 }),
-        Plot.ruleY([0]),
-      ],
-    });
+    const plot = smallPlot(320, 52, desc, "channel", label, [
+      Plot.rectY(data, { x1: "c", x2: (d: { c: number }) => d.c + 1, y: "y", fill: (d: { odd: boolean }) => (d.odd ? "var(--jp-brand-color2, #64b5f6)" : "var(--jp-brand-color1, #1976d2)"), inset: 0.2 }),
+    ]);
     const f = figure(desc, plot);
     f.dataset.testid = `bars-${name}`;
     return f;
