@@ -10,6 +10,10 @@ xhat, y and dx are formed from the exact deviations and that rstd.  No code is s
 from __future__ import annotations
 
 import math
+import os
+import pathlib
+import subprocess
+import sys
 from fractions import Fraction
 
 import numpy as np
@@ -19,6 +23,7 @@ from hypothesis import strategies as st
 from oracle import channels_last
 
 import numr_web
+from numr_web.backends import get_backend
 
 # -- the exact-rational oracle ---------------------------------------------------------------
 
@@ -372,3 +377,22 @@ def test_whole_float_range_matches_exact_oracle(runner, data):
     if eps == 0.0 and np.any(np.ptp(x.astype(np.float64).reshape(shape[0], groups, -1), axis=2) == 0):
         return  # a constant group (the draw rounded every element alike): the test above covers it
     _check(runner, x, groups, eps, dy, w, b, layout, activation)
+
+
+def test_range_check_cost_script_prints_every_shape_and_refuses_bad_calls():
+    """scripts/range-check-cost is where README's figure for the range check comes from."""
+    script = pathlib.Path(__file__).resolve().parent.parent / "scripts" / "range-check-cost"
+    assert os.access(script, os.X_OK)
+    out = subprocess.run([sys.executable, str(script), "--calls", "2"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines()[1:] if line.strip()]
+    fused = get_backend("cpu").fused_available()[0]
+    shapes = [r[0] for r in rows if "x" in r[0]]
+    assert shapes == ["2x320x64x64", "2x640x32x32", "2x1280x16x16", "8x64x56x56", "16x1280x8x8"]
+    for r in (r for r in rows if "x" in r[0]):
+        cells = [float(v) for v in r[1:]]
+        assert len(cells) == (4 if fused else 2)
+        # the check is a small part of the call it guards
+        assert 0 < cells[0] < cells[1] and (not fused or 0 < cells[2] < cells[3])
+    bad = subprocess.run([sys.executable, str(script), "--calls", "0"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--calls" in bad.stderr
