@@ -396,3 +396,43 @@ def test_range_check_cost_script_prints_every_shape_and_refuses_bad_calls():
         assert 0 < cells[0] < cells[1] and (not fused or 0 < cells[2] < cells[3])
     bad = subprocess.run([sys.executable, str(script), "--calls", "0"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--calls" in bad.stderr
+
+
+# -- the double backward far from unit scale ---------------------------------------------------
+#
+# GroupNorm is scale invariant: with x' = s x (s a power of two, eps = 0) y and dw are unchanged and dx
+# is dx / s.  Differentiating L_A = sum(dx * v) again gives d/dx = ddx / s^2, d/d(dy) = ddy / s and
+# d/dw = ddw / s; L_B = sum(dw * u) gives ddx / s, ddy and ddw.  Powers of two make these relations
+# exact, so the reference is the float64 double backward at s = 1.
+
+
+def _double_backward(x, w, b, dy, v, u, which, activation):
+    xt, wt, bt, dyt = (numr_web.Tensor(a, requires_grad=True) for a in (x, w, b, dy))
+    y = numr_web.group_norm(xt, 2, wt, bt, eps=0.0, activation=activation)
+    gx, gw, _ = numr_web.autograd.grad([y], [xt, wt, bt], [dyt], create_graph=True)
+    loss = (gx * numr_web.Tensor(v)).sum() if which == "dx" else (gw * numr_web.Tensor(u)).sum()
+    grads = numr_web.autograd.grad([loss], [xt, wt, dyt], allow_unused=True)  # dw is w-free without SiLU
+    return [np.zeros(a.shape) if g is None else g.numpy().astype(np.float64) for g, a in zip(grads, (x, w, dy))]
+
+
+@pytest.mark.parametrize("activation", [None, "silu"])
+@pytest.mark.parametrize("which", ["dx", "dw"])
+@pytest.mark.parametrize(
+    ("dtype", "k", "tol"),
+    [(np.float32, 60, 2e-4), (np.float32, -60, 2e-4), (np.float64, 500, 1e-10), (np.float64, -500, 1e-10)],
+)
+def test_double_backward_far_from_unit_scale(dtype, k, tol, which, activation):
+    rng = np.random.default_rng(11)
+    shape = (2, 4, 3, 5)
+    x, dy, v = (rng.standard_normal(shape) for _ in range(3))
+    w, b, u = 1 + 0.3 * rng.standard_normal(4), 0.2 * rng.standard_normal(4), rng.standard_normal(4)
+    x = x.astype(dtype).astype(np.float64)  # the same values at both scales
+    ref = _double_backward(x, w, b, dy, v, u, which, activation)
+    s = 2.0**k
+    got = _double_backward(*(a.astype(dtype) for a in (x * s, w, b, dy, v, u)), which, activation)
+    powers = (2, 1, 1) if which == "dx" else (1, 0, 0)  # of 1/s in ddx, ddw, ddy
+    for name, g, r, p in zip(("ddx", "ddw", "ddy"), got, ref, powers):
+        g = g * s**p
+        assert np.isfinite(g).all(), f"{name}: non-finite at s = 2^{k}"
+        err = np.abs(g - r).max() / max(np.abs(r).max(), np.finfo(np.float64).tiny)
+        assert err < tol, f"{name} at s = 2^{k}: relative error {err:.2e}"

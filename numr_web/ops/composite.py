@@ -73,9 +73,12 @@ class GroupRstd(Function):
         x4, mean_t, _ = ctx.inputs
         rstd = ctx.output
         m = x4.shape[2] * x4.shape[3]
-        coef = (g * rstd * rstd * rstd * (-1.0 / m)).reshape(g.shape + (1, 1))
+        r4 = rstd.reshape(rstd.shape + (1, 1))
+        # -rstd^3 (x - mean) / M, as (g rstd / M) * ((x - mean) rstd) * rstd: every factor is near the
+        # magnitude of the result (rstd^3 alone underflows or overflows for std beyond ~1e13 in float32)
+        coef = (g * rstd * (-1.0 / m)).reshape(g.shape + (1, 1))
         # d rstd / d mean is zero: sum_i (x_i - mean) = 0
-        return (coef * (x4 - mean_t.reshape(mean_t.shape + (1, 1))), None, None)
+        return (coef * ((x4 - mean_t.reshape(mean_t.shape + (1, 1))) * r4) * r4, None, None)
 
 
 def group_norm_backward_composite(gy, x_t, w_t, b_t, mean, rstd, num_groups, activation):
