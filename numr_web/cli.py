@@ -113,6 +113,10 @@ def _json_path(text):
 
 def _check_bench(parser, args):
     """Checks that need more than one flag's value or the environment (parser.error: exit 2)."""
+    if args.timing == "device" and args.backend == "cpu":
+        parser.error("argument --timing: 'device' needs --backend webgpu or cuda (CPU calls are timed end to end)")
+    if args.backend == "webgpu" and args.dtype == "float64":
+        parser.error("argument --dtype: WebGPU has no float64 (WGSL); use float32, float16 or bfloat16")
     if args.compare == "torch":
         import importlib.util
 
@@ -189,7 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["auto", "numpy", "fused"],
         help="CPU kernels: fused (Numba) or pure NumPy (default: fused when Numba imports)",
     )
-    b.add_argument("--dtype", default="float32", choices=["float16", "bfloat16", "float32", "float64"])
+    b.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float16", "bfloat16", "float32", "float64"],
+        help="storage dtype of x and dy (WebGPU: float32, float16 or bfloat16); the copy yardstick copies "
+        "x's bytes, so a 16-bit run is measured against a copy of the same number of bytes",
+    )
     b.add_argument("--layout", default="nchw", choices=["nchw", "nhwc"])
     b.add_argument(
         "--repeat", type=_positive_int, default=15, help="interleaved samples per shape (medians are reported)"
@@ -206,6 +216,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="measure every shape this many times, one pass over the shapes after another, "
         "and report each ratio's range (the table shows the first run)",
+    )
+    b.add_argument(
+        "--timing",
+        choices=["end-to-end", "device"],
+        default=None,
+        help="end-to-end (default on WebGPU): each call's host work and dispatches, then a 4-byte read-back of "
+        "its output, one call per wait, as a user meets it; device: WebGPU calls 4 per wait (CUDA: events, its "
+        "default), hiding per-call costs.  CPU calls are always timed end to end",
     )
     b.add_argument("--quick", action="store_true", help="3 samples and the two smallest shapes")
     b.add_argument("--compare", choices=["torch"], default=None, help="time torch side by side")

@@ -71,6 +71,74 @@ def test_bench_runs_report_ranges(tmp_path):
     assert "ranges over the 2 runs" in out.stdout and " to " in out.stdout
 
 
+@pytest.mark.parametrize(
+    "dtype,timing", [("float32", None), ("float16", None), ("bfloat16", None), ("float32", "device")]
+)
+def test_bench_webgpu_rows_name_the_fastest_copy_and_the_timing(tmp_path, dtype, timing):
+    """WebGPU rows: end-to-end timing by default, the yardstick the fastest of all three WGSL
+    copies (named), and the bytes the ratios count (a 16-bit copy moves the input's bytes)."""
+    from conftest import require_target
+
+    require_target("webgpu")
+    dest = tmp_path / "rows.json"
+    argv = ["bench", "--backend", "webgpu", "--dtype", dtype, "--layout", "nhwc", "--shapes", "1,64,16,16,8"]
+    argv += ["--repeat", "2", "--json", str(dest)] + (["--timing", timing] if timing else [])
+    env = dict(os.environ, PYTHONUNBUFFERED="1", NUMR_WEB_WEBGPU_PLAN="auto")
+    out = subprocess.run(
+        [sys.executable, "-m", "numr_web.cli", *argv], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(dest.read_text())
+    expected = timing or "end-to-end"
+    assert doc["timing"] == expected and doc["dtype"] == dtype and doc["layout"] == "nhwc", doc
+    assert doc["adapter"] and doc["command"].startswith("numr-web bench --backend webgpu"), doc
+    (row,) = doc["rows"]
+    itemsize = 4 if dtype == "float32" else 2
+    assert row["timing"] == expected and row["dtype"] == dtype and row["webgpu_plan"] == "auto", row
+    assert set(row["copy_variants_ms"]) == {"copy_vec4", "copy_ranges", "copy_grid"}, row
+    assert row["copy_variant"] == min(row["copy_variants_ms"], key=row["copy_variants_ms"].get), row
+    assert row["copy_ms"] == row["copy_variants_ms"][row["copy_variant"]], row
+    assert row["x_bytes"] == 64 * 16 * 16 * itemsize
+    assert [row[k] / row["x_bytes"] for k in ("fwd_bytes", "bwd_bytes", "copy_bytes")] == [2, 3, 2], row
+    assert row["yardstick"].startswith(row["copy_variant"] + ": the fastest of"), row
+    assert f"{row['x_bytes']} bytes ({dtype})" in row["yardstick"], row
+    assert 0 < row["fwd_of_copy"] < 10 and 0 < row["bwd_of_copy"] < 10, row
+    # the GB/s figures count those bytes
+    assert abs(row["copy_gbps"] - row["copy_bytes"] / row["copy_ms"] / 1e6) < 1e-9 * row["copy_gbps"] + 1e-12
+    assert f"timing {expected}" in out.stdout and f"copy yardstick: {row['copy_variant']}" in out.stdout
+
+
+def test_end_to_end_timer_reads_back_after_every_call():
+    """``--timing end-to-end`` on WebGPU: one small read-back of the call's output per call (it is what
+    waits for the GPU); ``device`` queues calls and waits once per figure."""
+    from types import SimpleNamespace
+
+    from numr_web.bench.timing import READ_BACK_BYTES, WEBGPU_BATCH, timer_for
+
+    log = []
+
+    class Transport:
+        @staticmethod
+        def read_buffer(dev, buf, offset, size):
+            log.append(("read", buf, offset, size))
+            return bytes(size)
+
+    ctx = SimpleNamespace(transport=Transport, dev="dev")
+    out = SimpleNamespace(device="webgpu", ctx=ctx, buffer="y-buffer", nbytes=4096)
+
+    def call():
+        log.append("call")
+        return out, "mean", "rstd"  # forward's tuple: the first array is read
+
+    backend = SimpleNamespace(device="webgpu", synchronize=lambda: log.append("sync"))
+    times = timer_for(backend)(call, 3, 1)
+    assert len(times) == 3 and all(t >= 0 for t in times)
+    assert log == ["call", ("read", "y-buffer", 0, READ_BACK_BYTES)] * 4, log
+    log.clear()
+    timer_for(backend, "device")(call, 2, 1)
+    assert log == ["call", "sync"] + (["call"] * WEBGPU_BATCH + ["sync"]) * 2, log
+
+
 @pytest.mark.parametrize("flag", ["--runs", "--repeat"])
 def test_bench_rejects_no_samples(flag):
     out = run("bench", "--quick", flag, "0")
@@ -136,6 +204,9 @@ BAD_FLAGS = [
     (("bench", "--shapes", "garbage"), "--shapes", "N,C,...,G"),
     (("bench", "--shapes", "2,6,4,4,4"), "--shapes", "must divide"),
     (("bench", "--contend", "-1"), "--contend", "0 or more"),
+    (("bench", "--timing", "wall"), "--timing", "invalid choice"),
+    (("bench", "--timing", "device"), "--timing", "needs --backend webgpu or cuda"),
+    (("bench", "--backend", "webgpu", "--dtype", "float64"), "--dtype", "no float64"),
 ]
 
 

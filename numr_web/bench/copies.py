@@ -1,11 +1,13 @@
-"""The benchmark's yardstick: a same-size copy of the array on its own device, timed like the op.
+"""The benchmark's yardstick: a copy of the array's bytes on its own device, timed like the op.
 
 On the CPU and CUDA it is the array library's copy.  On WebGPU it is the
-faster of two plain WGSL copy kernels (``copy_vec4``, one vec4 per thread;
-``copy_grid``, a grid-stride loop), chosen by timing them on the array: the
-platform notes measured lavapipe and SwiftShader preferring different ones.
-``copy_ranges`` (contiguous per-thread ranges, which lavapipe runs about 1.6
-times faster still) is a stricter yardstick that ``webgpu_copies`` reports.
+fastest of the three plain WGSL copy kernels (``copy_vec4``, one vec4 per
+thread; ``copy_ranges``, contiguous per-thread ranges; ``copy_grid``, a
+grid-stride loop), timed on the array the same way as the op, and the rows
+name the one that won: the adapters prefer different ones (lavapipe
+``copy_ranges``, SwiftShader ``copy_grid`` or ``copy_vec4``).  A copy moves the
+array's bytes, so for float16 and bfloat16 it is a copy of the same number of
+bytes as the input (half a float32 copy of that shape).
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import struct
 
 #: the WGSL copy kernels (entry points of kernels/wgsl/copy.wgsl)
 COPY_VARIANTS = ("copy_vec4", "copy_ranges", "copy_grid")
-#: the two the benchmark takes the faster of
-YARDSTICK_COPIES = ("copy_vec4", "copy_grid")
+#: the ones the benchmark takes the fastest of (all of them)
+YARDSTICK_COPIES = COPY_VARIANTS
 _RANGE_THREADS = 4096
 _GRID_THREADS = 16384
 
@@ -49,17 +51,27 @@ def device_copy(a, variant="copy_vec4", out=None):
     return y
 
 
-def copy_yardstick(backend, array, timer):
-    """``(copy, name)``: a callable copying ``array`` on its device, and what it is."""
+def copy_candidates(backend, array):
+    """``{name: copy}``: the callables copying ``array``'s bytes on its device that the
+    yardstick is the fastest of (one on the CPU and CUDA, ``YARDSTICK_COPIES`` on WebGPU)."""
     if backend.device != "webgpu":
-        return (lambda: array.copy(order="K")), f"{backend.name} array copy"
+        return {f"{backend.name} array copy": lambda: array.copy(order="K")}
     from numr_web.backends.webgpu import array_kernels
 
     out = array_kernels.empty_like(array)
-    best = None
-    for variant in YARDSTICK_COPIES:
-        t = min(timer(lambda v=variant: device_copy(array, v, out), 3, 1))
-        if best is None or t < best[0]:
-            best = (t, variant)
-    variant = best[1]
-    return (lambda: device_copy(array, variant, out)), variant
+    return {variant: (lambda v=variant: device_copy(array, v, out)) for variant in YARDSTICK_COPIES}
+
+
+def copy_yardstick(backend, array, timer, samples=3):
+    """``(copy, name)``: the fastest of ``copy_candidates`` by ``timer`` (best of ``samples``
+    each, interleaved), and its name."""
+    cands = copy_candidates(backend, array)
+    if len(cands) == 1:
+        ((name, copy),) = cands.items()
+        return copy, name
+    best = dict.fromkeys(cands, float("inf"))
+    for _ in range(samples):
+        for name, copy in cands.items():
+            best[name] = min(best[name], *timer(copy, 1, 1))
+    name = min(best, key=best.get)
+    return cands[name], name

@@ -10,7 +10,16 @@ cores torch's OpenMP workers and Numba's compete for a millisecond or two),
 and a sample should time the op, not that hand-over.  Ratios are medians of
 per-round ratios.  Effective GB/s counts the bytes a kernel must move at the
 least: forward reads x and writes y, backward reads dy and x and writes dx,
-the copy reads and writes the array once.
+the copy reads and writes the array once; the ratios are of those throughputs
+(bytes per second, not elements: a float16 copy moves half a float32 one's).
+
+WebGPU calls are timed end to end by default (``--timing end-to-end``): each
+call's host work and dispatches, then a 4-byte read-back of its output that
+waits for the GPU, one call per wait; ``--timing device`` queues four calls
+per wait instead (close to device time, hiding per-call costs).  The WebGPU
+yardstick is the fastest of the WGSL copy kernels (``copies.YARDSTICK_COPIES``,
+all timed in every round; the one with the lowest median is the yardstick and
+the row names it).
 """
 
 from __future__ import annotations
@@ -26,8 +35,15 @@ import time
 import numpy as np
 
 from numr_web.bench.contend import BusyLoops
-from numr_web.bench.copies import copy_yardstick
-from numr_web.bench.timing import median_ratio, plan_samples, run_rounds, timer_for
+from numr_web.bench.copies import copy_candidates
+from numr_web.bench.timing import (
+    default_timing,
+    median_ratio,
+    median_throughput_ratio,
+    plan_samples,
+    run_rounds,
+    timer_for,
+)
 from numr_web.bench.torch_side import TorchSide
 
 #: (N, C, H, W, G): the standard shapes (diffusion UNet stages and a ResNet stage)
@@ -92,12 +108,19 @@ def run_bench(args) -> int:
     be = get_backend(device)
     dt = BFLOAT16 if args.dtype == "bfloat16" else np.dtype(args.dtype)
     torch_side = TorchSide(args.threads, args.layout, device) if args.compare == "torch" else None
+    timing = getattr(args, "timing", None) or default_timing(device)
 
     label = be.name
+    adapter = None
     if device == "cpu":
         label = f"cpu ({be.active_path()} path)"
+    elif device == "webgpu":
+        info = be.info()
+        adapter = ", ".join(str(info[k]) for k in ("adapter", "backend", "adapter type") if info.get(k))
+        label = f"webgpu ({adapter}; NUMR_WEB_WEBGPU_PLAN={os.environ.get(PLAN_ENV) or 'unset'})"
     header = [
         f"numr_web {numr_web.__version__} bench: backend {label}, {args.dtype}, {args.layout}, "
+        f"timing {timing}, "
         f"{repeat} interleaved samples (each after untimed settling calls), medians; "
         f"{platform.machine()} {os.cpu_count()} cores; "
         f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}"
@@ -121,7 +144,7 @@ def run_bench(args) -> int:
         print(line)
 
     rng = np.random.default_rng(0)
-    cases = [_prepare(shape, args, be, device, dt, torch_side, rng) for shape in shapes]
+    cases = [_prepare(shape, args, be, device, dt, torch_side, rng, timing) for shape in shapes]
     runs = []
     with BusyLoops(contend) as loops:  # stopped on leaving, on an error or Ctrl-C too
         if contend:
@@ -147,11 +170,26 @@ def run_bench(args) -> int:
     if ranges:
         print(f"\nranges over the {len(runs)} runs (the table above is the first):")
         print(_ranges_table(ranges))
-    copy_name = ", ".join(sorted({case["copy_name"] for case in cases}))
-    print(f"copy yardstick: {copy_name}")
-    header.append(f"copy yardstick: {copy_name}")
+    copy_name = ", ".join(sorted({row["copy_variant"] for rows in runs for row in rows}))
+    fastest_of = ", ".join(cases[0]["copies"])
+    yard = f"copy yardstick: {copy_name}" + (
+        f" (the fastest of {fastest_of} per shape)" if len(cases[0]["copies"]) > 1 else ""
+    )
+    print(yard)
+    header.append(yard)
     if args.json:
-        doc = {"header": header, "rows": runs[0], "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+        doc = {
+            "header": header,
+            "rows": runs[0],
+            "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "backend": device,
+            "adapter": adapter,
+            "dtype": args.dtype,
+            "layout": args.layout,
+            "timing": timing,
+            "repeat": repeat,
+            "command": "numr-web " + " ".join(sys.argv[1:]) if sys.argv[1:2] == ["bench"] else None,
+        }
         if ranges:
             doc["runs"] = runs
             doc["ranges"] = ranges
@@ -161,7 +199,11 @@ def run_bench(args) -> int:
     return 0
 
 
-def _prepare(shape, args, be, device, dt, torch_side, rng):
+#: the environment variable choosing the WebGPU GroupNorm work plan (recorded in the rows)
+PLAN_ENV = "NUMR_WEB_WEBGPU_PLAN"
+
+
+def _prepare(shape, args, be, device, dt, torch_side, rng, timing):
     """Arrays, the timed callables and their sample sizes for one bench shape."""
     import numr_web
 
@@ -178,12 +220,12 @@ def _prepare(shape, args, be, device, dt, torch_side, rng):
     X, DY, W, B = (numr_web.to_device(a, device) for a in (x, dy, w, b))
     _, mean, rstd = numr_web.ops.group_norm_forward(X, W, B, groups, 1e-5)
 
-    timer = timer_for(be)
-    copy, copy_name = copy_yardstick(be, X, timer)
+    timer = timer_for(be, timing)
+    copies = copy_candidates(be, X)
     fns = {
         "fwd": lambda: numr_web.ops.group_norm_forward(X, W, B, groups, 1e-5),
         "bwd": lambda: numr_web.ops.group_norm_backward(DY, X, mean, rstd, W, groups),
-        "copy": copy,
+        **copies,
     }
     if torch_side is not None:
         fns["torch_fwd"], fns["torch_bwd"] = torch_side.setup(x, w, b, dy, groups, 1e-5)
@@ -197,7 +239,8 @@ def _prepare(shape, args, be, device, dt, torch_side, rng):
         "timers": timers,
         "per_sample": per_sample,
         "settle": settle,
-        "copy_name": copy_name,
+        "copies": list(copies),
+        "timing": timing,
     }
 
 
@@ -205,6 +248,9 @@ def _measure(case, repeat, args, be, device, torch_side):
     """One row: ``repeat`` interleaved rounds over the case's timed callables, medians and ratios."""
     samples = run_rounds(case["fns"], case["timers"], case["per_sample"], case["settle"], repeat)
     med = {k: statistics.median(v) for k, v in samples.items()}
+    copies = case["copies"]
+    yard = min(copies, key=lambda k: med[k])  # the fastest copy (lowest median) is the yardstick
+    samples["copy"], med["copy"] = samples[yard], med[yard]
     nbytes = case["nbytes"]
     row = {
         "shape": list(case["dims"]),
@@ -219,10 +265,28 @@ def _measure(case, repeat, args, be, device, torch_side):
         "fwd_gbps": 2 * nbytes / med["fwd"] / 1e9,
         "bwd_gbps": 3 * nbytes / med["bwd"] / 1e9,
         "copy_gbps": 2 * nbytes / med["copy"] / 1e9,
+        "timing": case["timing"],
+        "copy_variant": yard,
+        "copy_variants_ms": {k: med[k] * 1e3 for k in copies},
+        # bytes moved at the least (the ratios are of bytes per second): the copy moves x's bytes
+        # (read and written once), so for 16-bit dtypes it is a copy of the same number of bytes
+        "x_bytes": nbytes,
+        "fwd_bytes": 2 * nbytes,
+        "bwd_bytes": 3 * nbytes,
+        "copy_bytes": 2 * nbytes,
+        "yardstick": (
+            f"{yard}: the fastest of {', '.join(copies)} (same adapter, lowest median), copying x's "
+            f"{nbytes} bytes ({args.dtype}), timed {case['timing']} like the op"
+            if len(copies) > 1
+            else f"{yard} of x's {nbytes} bytes ({args.dtype})"
+        ),
     }
-    # fraction of the copy's throughput, per round (the backward moves 3 arrays, the copy 2)
-    row["fwd_of_copy"] = median_ratio(samples, ("copy",), ("fwd",))
-    row["bwd_of_copy"] = 1.5 * median_ratio(samples, ("copy",), ("bwd",))
+    if device == "webgpu":
+        row["webgpu_plan"] = os.environ.get(PLAN_ENV) or None
+    # fraction of the copy's throughput (bytes per second), per round: forward moves 2 x-sizes
+    # of bytes, backward 3, the copy 2
+    row["fwd_of_copy"] = median_throughput_ratio(samples, "fwd", row["fwd_bytes"], "copy", row["copy_bytes"])
+    row["bwd_of_copy"] = median_throughput_ratio(samples, "bwd", row["bwd_bytes"], "copy", row["copy_bytes"])
     if torch_side is not None:
         row["torch_fwd_ms"] = med["torch_fwd"] * 1e3
         row["torch_bwd_ms"] = med["torch_bwd"] * 1e3

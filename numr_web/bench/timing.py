@@ -2,9 +2,18 @@
 
 ``seconds_per_call`` times a callable the way its device needs: on the wall
 clock with a wait after each call (the CPU, or a device whose ``synchronize``
-is given), with ``batch`` calls queued per wait (WebGPU, whose per-wait cost
-would otherwise dominate small calls), or with CUDA events around each call
-(``events``).  ``timer_for`` picks that for a numr_web backend.
+is given), with ``batch`` calls queued per wait, or with CUDA events around
+each call (``events``).  ``timer_for`` picks that for a numr_web backend and a
+timing mode (``TIMINGS``):
+
+* ``"end-to-end"`` (the default but on CUDA): each call as a user meets it --
+  the call's host work and dispatches, then a small read-back (the first 4
+  bytes of its output) that waits for the GPU; one call per wait.  Per-call
+  costs (argument checks, pipeline and bind-group look-ups, submits, the wait)
+  count.  On the CPU every call is timed this way (it returns when done).
+* ``"device"``: WebGPU calls queued ``WEBGPU_BATCH`` at a time per wait (close
+  to device time: the wait's cost is spread over the batch), CUDA calls between
+  events.  It hides the per-call costs a user pays.
 """
 
 from __future__ import annotations
@@ -64,12 +73,52 @@ def cuda_events(cuda):
     return make
 
 
-#: WebGPU calls queued per wait: one read-back wait costs about 0.15 ms on lavapipe
+#: WebGPU calls queued per wait in ``"device"`` timing: one read-back wait costs about 0.15 ms on lavapipe
 WEBGPU_BATCH = 4
+#: the timing modes of ``timer_for`` (and ``numr-web bench --timing``)
+TIMINGS = ("end-to-end", "device")
+#: bytes of a call's output read back after it in ``"end-to-end"`` timing
+READ_BACK_BYTES = 4
 
 
-def timer_for(backend):
-    """A ``timer(fn, repeat, warmup)`` for calls on ``backend`` (a numr_web backend object)."""
+def default_timing(device: str) -> str:
+    """``"device"`` on CUDA (events), ``"end-to-end"`` elsewhere."""
+    return "device" if device == "cuda" else "end-to-end"
+
+
+def first_array(result):
+    """A call's first output array (forward and backward return tuples, a copy its array)."""
+    while isinstance(result, (tuple, list)):
+        result = result[0]
+    return result
+
+
+def read_back_small(result, nbytes: int = READ_BACK_BYTES) -> bytes:
+    """The first ``nbytes`` of the call's (first) output, read back to the host the way the
+    array's own read-back does (``WebGPUArray.physical_bytes``: the transport's
+    ``read_buffer``), so it waits for every queued dispatch.  CUDA: the first element."""
+    a = first_array(result)
+    if getattr(a, "device", None) == "webgpu":
+        ctx = a.ctx
+        return ctx.transport.read_buffer(ctx.dev, a.buffer, 0, min(nbytes, a.nbytes)) if a.nbytes else b""
+    if hasattr(a, "get"):  # CuPy
+        return a[(0,) * a.ndim].get().tobytes() if a.size else b""
+    return b""
+
+
+def end_to_end(fn):
+    """``fn`` followed by a small read-back of its output: one call per wait, as a user meets it."""
+    return lambda: read_back_small(fn())
+
+
+def timer_for(backend, timing: str | None = None):
+    """A ``timer(fn, repeat, warmup)`` for calls on ``backend`` (a numr_web backend object),
+    in ``timing`` mode (one of ``TIMINGS``; default ``default_timing(backend.device)``)."""
+    timing = timing or default_timing(backend.device)
+    if timing not in TIMINGS:
+        raise ValueError(f"--timing: expected one of {', '.join(TIMINGS)}, got {timing!r}")
+    if backend.device in ("cuda", "webgpu") and timing == "end-to-end":
+        return lambda fn, repeat, warmup=1: wall_timer(end_to_end(fn), repeat, warmup)
     if backend.device == "cuda":
         events = cuda_events(backend.xp.cuda)
         return lambda fn, repeat, warmup=1: seconds_per_call(
@@ -104,6 +153,13 @@ def run_rounds(fns, timers, per_sample, settle, repeat):
             ts = timers[k](fn, per_sample[k], settle[k])
             samples[k].append(sum(ts) / len(ts))
     return samples
+
+
+def median_throughput_ratio(samples, key, moved, ref, ref_moved):
+    """Median over the rounds of ``key``'s throughput over ``ref``'s: (``moved`` bytes / its
+    time) / (``ref_moved`` bytes / ``ref``'s time).  Bytes, not elements: a float16 array's
+    copy moves half the bytes of a float32 one of the same shape."""
+    return statistics.median((moved / t) / (ref_moved / r) for t, r in zip(samples[key], samples[ref]))
 
 
 def median_ratio(samples, num, den):

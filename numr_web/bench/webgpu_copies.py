@@ -1,10 +1,12 @@
 """WebGPU forward and backward against every WGSL copy kernel, interleaved in one process.
 
     python -m numr_web.bench.webgpu_copies [N,C,H,W,G] [--layout nhwc] [--dtype float16] [--rounds 9]
+                                           [--timing device|end-to-end]
 
 Each round times forward, backward and the three copies one after another
-(queued calls, one wait: device time), so a noisy neighbour slows all alike;
-the ratios are medians of per-round ratios.  Throughput counts the bytes a
+(by default queued calls, one wait: device time; ``--timing end-to-end``: each
+call then a 4-byte read-back, as ``numr-web bench`` does), so a noisy neighbour
+slows all alike; the ratios are medians of per-round ratios.  Throughput counts the bytes a
 kernel must move: forward reads x and writes y (2 x bytes), backward reads x
 and dy and writes dx (3 x bytes), a copy reads and writes once (2 x bytes).
 """
@@ -23,6 +25,7 @@ def main(argv=None):
     ap.add_argument("--layout", choices=["nchw", "nhwc"], default="nchw")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--timing", choices=["device", "end-to-end"], default="device")
     ap.add_argument(
         "--no-shader-f16",
         action="store_true",
@@ -59,7 +62,7 @@ def main(argv=None):
     }
     for v in COPY_VARIANTS:
         fns[v] = lambda v=v: device_copy(X, v, out)
-    timer = timer_for(be)
+    timer = timer_for(be, args.timing)
     samples = {k: [] for k in fns}
     for f in fns.values():
         timer(f, 1, 1)
@@ -72,21 +75,17 @@ def main(argv=None):
     print(
         f"adapter: {info['adapter']} ({info['backend']}, {info['adapter type']}); shape {tuple(dims)} G={G} "
         f"{dt.name} {args.layout}; float16 storage: {info['float16 storage']}; "
-        f"{args.rounds} interleaved rounds, medians"
+        f"{args.rounds} interleaved rounds, timing {args.timing}, medians"
     )
     for k in fns:
         moved = 3 * nb if k == "backward" else 2 * nb
         print(f"  {k:12s} {med[k] * 1e3:8.3f} ms  {moved / med[k] / 1e9:6.2f} GB/s")
     yard = min(YARDSTICK_COPIES, key=lambda v: med[v])
-    for ref in (yard, "copy_ranges"):
+    for ref in COPY_VARIANTS:
         f = statistics.median((2 * nb / a) / (2 * nb / c) for a, c in zip(samples["forward"], samples[ref]))
         b = statistics.median((3 * nb / a) / (2 * nb / c) for a, c in zip(samples["backward"], samples[ref]))
-        tag = (
-            "yardstick: faster of one-vec4-per-thread and grid-stride"
-            if ref == yard
-            else "stricter: contiguous per-thread ranges"
-        )
-        print(f"  of {ref} throughput ({tag}): forward {f:.2f}, backward {b:.2f}")
+        tag = " (the yardstick: the fastest copy)" if ref == yard else ""
+        print(f"  of {ref} throughput{tag}: forward {f:.2f}, backward {b:.2f}")
 
 
 if __name__ == "__main__":
