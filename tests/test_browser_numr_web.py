@@ -601,15 +601,16 @@ def test_offline(browser):
 
 
 def test_browser_bench_runs(wheel):
-    """scripts/browser-bench on one small shape: its JSON has forward, backward and copy rows."""
+    """scripts/browser-bench on one small shape, float32 and bfloat16: its JSON has forward, backward and
+    copy rows, timed end to end against the fastest of the three copies (named), bytes counted."""
     if pb.prerequisites():
         _missing(pb.prerequisites())
     script = ROOT / "scripts" / "browser-bench"
     assert os.access(script, os.X_OK), "scripts/browser-bench must be executable"
     out_json = wheel.parent / "bench.json"
     out = subprocess.run(
-        [sys.executable, str(script), *"--shapes 1,64,16,16,8 --repeat 3".split(), "--wheel", str(wheel)]
-        + ["--json", str(out_json)],
+        [sys.executable, str(script), *"--shapes 1,64,16,16,8 --repeat 3 --dtype float32,bfloat16".split()]
+        + ["--wheel", str(wheel), "--json", str(out_json)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -617,15 +618,25 @@ def test_browser_bench_runs(wheel):
     assert out.returncode == 0, out.stdout + out.stderr
     report = json.loads(out_json.read_text())
     assert report["adapter"] and "adapter" in out.stdout
-    (row,) = report["rows"]
-    assert row["shape"] == [1, 64, 16, 16] and row["groups"] == 8 and row["layout"] == "nchw"
-    assert set(row["copy_variants_ms"]) == {"copy_vec4", "copy_grid"}, row
-    assert row["copy_variant"] in row["copy_variants_ms"] and row["copy_ms"] > 0, row
-    assert row["forward_ms"] > 0 and 0 < row["forward_of_copy"] < 10, row
-    # a backward that numr_web cannot run here is reported with its error (test_backward_in_browser fails for it)
-    assert (row["backward_ms"] or 0) > 0 and 0 < row["backward_of_copy"] < 10 or row["failed"].get("backward"), row
+    assert report["timing"] == "end-to-end" and report["dtypes"] == ["float32", "bfloat16"], report
+    assert [r["dtype"] for r in report["rows"]] == ["float32", "bfloat16"]
+    for row in report["rows"]:
+        assert row["shape"] == [1, 64, 16, 16] and row["groups"] == 8 and row["layout"] == "nchw"
+        assert row["timing"] == "end-to-end", row
+        assert set(row["copy_variants_ms"]) == {"copy_vec4", "copy_ranges", "copy_grid"}, row
+        ms = row["copy_variants_ms"]
+        assert row["copy_variant"] == min(ms, key=ms.get) and row["copy_ms"] == ms[row["copy_variant"]] > 0, row
+        assert row["yardstick"].startswith(row["copy_variant"] + ": the fastest of"), row
+        assert row["x_bytes"] == 64 * 16 * 16 * (4 if row["dtype"] == "float32" else 2), row
+        assert (row["forward_bytes"], row["backward_bytes"], row["copy_bytes"]) == tuple(
+            k * row["x_bytes"] for k in (2, 3, 2)
+        ), row
+        assert row["forward_ms"] > 0 and 0 < row["forward_of_copy"] < 10, row
+        # a backward that numr_web cannot run here is reported with its error (test_backward_in_browser fails for it)
+        assert (row["backward_ms"] or 0) > 0 and 0 < row["backward_of_copy"] < 10 or row["failed"].get("backward"), row
     printed = [line for line in out.stdout.splitlines() if line.startswith("1,64,16,16 G=8 ")]
-    assert len(printed) == 1 and "nchw" in printed[0], out.stdout
+    assert len(printed) == 2 and all("nchw" in line for line in printed), out.stdout
+    assert "float32" in printed[0] and "bfloat16" in printed[1], out.stdout
 
 
 if __name__ == "__main__":

@@ -178,3 +178,10 @@ def test_bench_ab_summary_takes_medians_and_ranges_per_side(tmp_path):
     row = [line for line in out.stdout.splitlines() if line.startswith("| cpu |")]
     cells = "0.70 (0.50-0.90, n=3) | 0.60 (0.60-0.60, n=1) | 0.30 (0.20-0.40, n=3) | 0.10 (0.10-0.10, n=1)"
     assert row == [f"| cpu | 2x8x4x4 | {cells} |"], out.stdout
+
+
+def test_browser_bench_refuses_a_bad_dtype_in_one_line():
+    out = _run("browser-bench", "--dtype", "float32,float64")
+    assert out.returncode == 2 and out.stdout == "", out.stderr
+    errors = [line for line in out.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "argument --dtype:" in errors[0] and "'float32,float64'" in errors[0], out.stderr
