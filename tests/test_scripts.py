@@ -185,3 +185,90 @@ def test_browser_bench_refuses_a_bad_dtype_in_one_line():
     assert out.returncode == 2 and out.stdout == "", out.stderr
     errors = [line for line in out.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and "argument --dtype:" in errors[0] and "'float32,float64'" in errors[0], out.stderr
+
+
+def _bench_doc(layout, dtype, per_run, copy_variant="copy_ranges", timing="end-to-end", shapes=None):
+    """A ``numr-web bench --json`` document: per run, (fwd, bwd) ratios for each shape."""
+    shapes = shapes or [[2, 320, 64, 64], [2, 640, 32, 32]]
+    runs = [
+        [
+            {"shape": s, "groups": 32, "layout": layout, "dtype": dtype, "fwd_of_copy": f, "bwd_of_copy": b}
+            | {"copy_variant": copy_variant, "timing": timing}
+            for s in shapes
+        ]
+        for f, b in per_run
+    ]
+    return json.dumps(
+        {"header": ["numr_web bench"], "rows": runs[0], "runs": runs, "layout": layout, "dtype": dtype}
+        | {
+            "timing": timing,
+            "adapter": "llvmpipe (test)",
+            "command": f"numr-web bench --backend webgpu --dtype {dtype}",
+        }
+    )
+
+
+def test_bench_table_prints_one_table_per_adapter(tmp_path):
+    cpu_rows = [{"shape": [2, 320, 64, 64], "fwd_of_copy": 0.9, "bwd_of_copy": 0.8, "total_vs_torch": 0.7}]
+    (tmp_path / "cpu-fused-nchw.json").write_text(json.dumps({"header": ["cpu"], "rows": cpu_rows}))
+    # lavapipe: medians over three runs; a float16 file; an old float32 channels-last file without timing
+    (tmp_path / "webgpu-lavapipe-nchw.json").write_text(
+        _bench_doc("nchw", "float32", [(0.5, 0.4), (0.9, 0.2), (0.7, 0.3)])
+    )
+    (tmp_path / "webgpu-lavapipe-nchw-float16.json").write_text(_bench_doc("nchw", "float16", [(0.25, 0.35)]))
+    old = json.loads(_bench_doc("nhwc", "float32", [(0.11, 0.12)], copy_variant=None, timing=None))
+    old["header"].append("copy yardstick: copy_vec4")
+    for key in ("timing", "dtype", "layout", "command"):
+        old.pop(key)
+    (tmp_path / "webgpu-lavapipe-nhwc.json").write_text(json.dumps(old))
+    browser_rows = [
+        {"shape": [2, 320, 64, 64], "groups": 32, "layout": layout, "dtype": dtype, "forward_of_copy": f}
+        | {"backward_of_copy": b, "copy_variant": "copy_grid"}
+        for layout, dtype, f, b in [("nhwc", "bfloat16", 0.61, 0.62), ("nchw", "float32", 0.41, 0.42)]
+    ]
+    browser_rows.append({"shape": [8, 64, 56, 56], "groups": 32, "layout": "nchw", "dtype": "float32"})
+    browser_rows[-1] |= {"forward_of_copy": 0.43, "backward_of_copy": None, "copy_variant": "copy_vec4"}
+    browser = {"chromium": "156", "pyodide": "314", "repeat": 7, "timing": "end-to-end", "rows": browser_rows}
+    (tmp_path / "webgpu-browser-swiftshader.json").write_text(
+        json.dumps(browser | {"command": "scripts/browser-bench"})
+    )
+
+    out = _run("bench-table", "--dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    blocks = out.stdout.split("\n\n")
+    titles = [b for b in blocks if b.startswith("**")]
+    assert [t.split("**")[1] for t in titles] == ["CPU", "WebGPU on lavapipe", "WebGPU in headless Chromium"], titles
+    assert "llvmpipe (test)" in titles[1] and "Chromium 156, Pyodide 314" in titles[2], titles
+    tables = [b.splitlines() for b in blocks if b.startswith("| ")]
+    assert len(tables) == 3, out.stdout
+    head = "| 2x320x64x64 | 2x640x32x32 | 2x1280x16x16 | 8x64x56x56 | 16x1280x8x8 |"
+    assert tables[0][0] == "| fwd / bwd of copy " + head
+    assert tables[1][0] == tables[2][0] == "| fwd / bwd of fastest copy " + head
+    assert tables[0][2:] == [
+        "| CPU fused, NCHW | 0.90 / 0.80 | - | - | - | - |",
+        "| CPU fused, NCHW: (f+b) time / torch's | 0.70 | - | - | - | - |",
+    ]
+    assert tables[1][2:] == [  # rows per layout and dtype; cells the medians over runs
+        "| NCHW, float32 | 0.70 / 0.30 | 0.70 / 0.30 | - | - | - |",
+        "| NCHW, float16 | 0.25 / 0.35 | 0.25 / 0.35 | - | - | - |",
+        "| channels-last, float32 | 0.11 / 0.12 | 0.11 / 0.12 | - | - | - |",
+    ]
+    assert tables[2][2:] == [  # a shape whose backward failed has no cell
+        "| NCHW, float32 | 0.41 / 0.42 | - | - | - | - |",
+        "| channels-last, bfloat16 | 0.61 / 0.62 | - | - | - | - |",
+    ]
+    notes = [line for line in out.stdout.splitlines() if line.startswith("- ")]
+    lava = [n for n in notes if "webgpu-lavapipe" in n]
+    assert [n.split(":")[0] for n in lava] == ["- NCHW, float32", "- NCHW, float16", "- channels-last, float32"]
+    assert (
+        "3 runs, timing end-to-end, yardstick copy_ranges, `numr-web bench --backend webgpu --dtype float32`" in lava[0]
+    )
+    assert "timing device (4 calls per wait" in lava[2] and "yardstick copy_vec4 (the faster of" in lava[2], lava[2]
+    browser_notes = [n for n in notes if "webgpu-browser" in n]
+    assert len(browser_notes) == 2 and "medians of 7 rounds, timing end-to-end" in browser_notes[0], browser_notes
+    assert "yardstick copy_grid at 1 shape, copy_vec4 at 1 shape" in browser_notes[0], browser_notes
+
+
+def test_bench_table_refuses_a_folder_without_rows(tmp_path):
+    out = _run("bench-table", "--dir", str(tmp_path))
+    assert out.returncode == 2 and out.stdout == "" and "argument --dir:" in out.stderr, out.stderr
