@@ -34,6 +34,75 @@ def test_pipelines_are_compiled_once_per_variant(wg, rng):
     assert len(ctx.pipelines) > len(before)  # another dtype is another pipeline
 
 
+class _Counting:
+    """The real transport, with its bind-group and buffer-write calls counted."""
+
+    def __init__(self, transport):
+        self._t = transport
+        self.binds = self.writes = 0
+
+    def __getattr__(self, name):
+        return getattr(self._t, name)
+
+    def bind(self, *args):
+        self.binds += 1
+        return self._t.bind(*args)
+
+    def write_buffer(self, *args):
+        self.writes += 1
+        return self._t.write_buffer(*args)
+
+
+def _forward_backward(wg, x, dy, w, b):
+    y, mean, rstd = wg.group_norm_forward(x, w, b, 4, 1e-5, layout="nchw")
+    dx, dw, db = wg.group_norm_backward(dy, x, mean, rstd, w, b, 4, layout="nchw")
+    return [wg.to_numpy(a) for a in (y, mean, rstd, dx, dw, db)]
+
+
+def test_a_repeated_call_makes_no_bind_group_and_writes_no_parameters(wg, rng, monkeypatch):
+    from numr_web.backends.webgpu import device
+
+    x, dy = (wg.from_numpy(rng.standard_normal((2, 8, 4, 4)).astype(np.float32)) for _ in range(2))
+    w, b = (wg.from_numpy(rng.standard_normal(8).astype(np.float32)) for _ in range(2))
+    first = _forward_backward(wg, x, dy, w, b)
+    ctx = device.context()
+    counting = _Counting(ctx.transport)
+    monkeypatch.setattr(ctx, "transport", counting)
+    # the pool hands the same-size outputs back in a few orders: each order's bind groups are made once
+    for i in range(15):
+        if i == 10:
+            assert counting.writes == 0 and 0 < counting.binds <= 100
+            counting.binds = 0
+        again = _forward_backward(wg, x, dy, w, b)
+        for a, b_ in zip(first, again):
+            np.testing.assert_array_equal(a, b_)
+    assert counting.binds == 0 and counting.writes == 0
+    x2 = wg.from_numpy(rng.standard_normal((2, 8, 4, 8)).astype(np.float32))
+    wg.group_norm_forward(x2, None, None, 4, 1e-5, layout="nchw")
+    assert counting.binds > 0 and counting.writes > 0  # another shape: its own parameters and bind groups
+
+
+def test_kept_bind_groups_never_outlive_their_buffers(wg, rng, monkeypatch):
+    """With no idle pool every released buffer is destroyed: a bind group kept for it would fail
+    the next dispatch that found it; the kept groups stay within their bound."""
+    from numr_web.backends.webgpu import device
+
+    monkeypatch.setattr(device, "_POOL_IDLE_BYTES", 0)
+    monkeypatch.setattr(device, "_BIND_GROUPS_KEPT", 8)
+    ctx = device.context()
+    for i in range(12):
+        x = rng.standard_normal((2, 8, 4, 4 + 4 * (i % 3))).astype(np.float32)
+        dy = rng.standard_normal(x.shape).astype(np.float32)
+        w, b = np.ones(8, np.float32), np.zeros(8, np.float32)
+        got = _forward_backward(wg, *(wg.from_numpy(a) for a in (x, dy, w, b)))
+        y_ref, mean_ref, rstd_ref = ref_forward(x, 4, w, b, 1e-5)
+        assert rel_err(got[0], y_ref) < 1e-5 and rel_err(got[3], ref_backward(dy, x, 4, w, b, 1e-5)[0]) < 1e-4
+        gc.collect()
+        assert len(ctx._bind_groups) <= 8
+        kept = {id(buf) for _, bufs, _ in ctx._bind_groups.values() for buf in bufs}
+        assert kept == set(ctx._bind_keys_of)
+
+
 def test_a_thousand_calls_keep_memory_flat(wg, rng):
     from numr_web.backends.webgpu import device
 

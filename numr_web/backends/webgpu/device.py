@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
+from collections import OrderedDict
 
 from numr_web.backends.webgpu import source
 
@@ -42,6 +43,10 @@ ALIGN = 16  # every buffer is padded to whole 16-byte units (kernels write whole
 OFFSET_ALIGN = 256  # WebGPU's default minStorageBufferOffsetAlignment
 MAX_DISPATCH = 65535  # workgroups per grid dimension
 _POOL_IDLE_BYTES = 768 << 20
+#: bind groups kept for reuse (a call's host work is mostly creating them: a repeated call finds its own)
+_BIND_GROUPS_KEPT = 512
+#: launch parameter blocks kept, each in its own never-rewritten buffer (a repeated call writes none)
+_PARAMS_KEPT = 256
 
 
 def _unavailable(msg):
@@ -71,6 +76,9 @@ class Context:
         self.max_buffer = int(dev.limits.get("max-buffer-size", 256 << 20))
         self._dummy = None
         self._dummy_rw = None
+        self._bind_groups = OrderedDict()  # (pipeline, (buffer, offset, size)...) ids -> (group, buffers)
+        self._bind_keys_of = {}  # id(buffer) -> keys of the bind groups that use it
+        self._params = OrderedDict()  # params bytes -> Scratch holding them
         self.lock = threading.RLock()
         # software adapters (lavapipe, SwiftShader) want other work shapes than GPUs
         self.cpu_adapter = str(dev.info.get("adapter_type", "")).lower() == "cpu"
@@ -97,6 +105,8 @@ class Context:
             if self.dev.lost:
                 return
             if self.pool_bytes + size > _POOL_IDLE_BYTES:
+                for key in self._bind_keys_of.pop(id(buf), ()):
+                    self._forget_bind_group(key, keep=id(buf))
                 self.transport.destroy_buffer(buf)
                 return
             self.pool.setdefault(size, []).append(buf)
@@ -140,22 +150,65 @@ class Context:
         """Run ``entry`` of ``kernel`` over ``workgroups`` (an int, spread over a 2-D grid).
 
         ``bindings``: list of ``(buffer, offset, size)`` or ``buffer`` (whole);
-        ``params``: bytes for the last binding (a small read-only storage buffer).
+        ``params``: bytes for the last binding (a small read-only buffer).  A repeated call
+        finds its parameter buffer and its bind group made already.
         """
         pipe = self.pipeline(kernel, entry, dtypes, constants)
-        binds = []
-        for b in bindings:
-            if isinstance(b, tuple):
-                binds.append(b)
-            else:
-                binds.append((b.buffer, 0, b.size))
+        binds = [b if isinstance(b, tuple) else (b.buffer, 0, b.size) for b in bindings]
         held = None
         if params is not None:
-            held = Scratch(self, len(params))
-            self.transport.write_buffer(self.dev, held.buffer, 0, params)
+            held = self._params_buffer(bytes(params))
             binds.append((held.buffer, 0, held.size))
-        self.transport.dispatch(self.dev, pipe, binds, grid(workgroups))
+        groups = grid(workgroups)
+        if getattr(self.transport, "dispatch_bound", None) is None:  # a transport without bind groups to keep
+            self.transport.dispatch(self.dev, pipe, binds, groups)
+            return held
+        self.transport.dispatch_bound(self.dev, pipe, self._bind_group(pipe, binds), groups)
         return held
+
+    def _params_buffer(self, params):
+        with self.lock:
+            held = self._params.get(params)
+            if held is not None:
+                self._params.move_to_end(params)
+                return held
+        held = Scratch(self, len(params))
+        self.transport.write_buffer(self.dev, held.buffer, 0, params)
+        with self.lock:
+            self._params[params] = held
+            if len(self._params) > _PARAMS_KEPT:
+                self._params.popitem(last=False)  # back to the pool once no kept bind group needs it
+        return held
+
+    def _bind_group(self, pipe, binds):
+        key = (id(pipe), *((id(b), int(o), int(n)) for b, o, n in binds))
+        with self.lock:
+            kept = self._bind_groups.get(key)
+            if kept is not None:
+                self._bind_groups.move_to_end(key)
+                return kept[0]
+        group = self.transport.bind(self.dev, pipe, binds)
+        buffers = tuple(b for b, _, _ in binds)
+        with self.lock:
+            # the buffers and pipeline are held too, so that their ids stay theirs while the key lives
+            self._bind_groups[key] = (group, buffers, pipe)
+            for b in buffers:
+                self._bind_keys_of.setdefault(id(b), set()).add(key)
+            if len(self._bind_groups) > _BIND_GROUPS_KEPT:
+                self._forget_bind_group(next(iter(self._bind_groups)))
+        return group
+
+    def _forget_bind_group(self, key, keep=None):
+        kept = self._bind_groups.pop(key, None)
+        if kept is None:
+            return
+        for b in kept[1]:
+            if id(b) != keep:
+                keys = self._bind_keys_of.get(id(b))
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del self._bind_keys_of[id(b)]
 
     def wait(self):
         self.transport.wait(self.dev)

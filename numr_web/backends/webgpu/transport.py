@@ -58,8 +58,15 @@ class Transport(Protocol):
     def create_pipeline(self, dev: Device, code: str, entry: str, binding_kinds: list) -> Any:
         """A compute pipeline for ``entry`` of WGSL ``code`` with an explicit bind group layout."""
 
+    def bind(self, dev: Device, pipeline: Any, bindings: list) -> Any:
+        """A bind group of ``bindings`` (``(buffer, offset, size)`` each) for ``pipeline``'s layout;
+        the caller may keep it and dispatch with it again while its buffers live."""
+
+    def dispatch_bound(self, dev: Device, pipeline: Any, bind_group: Any, groups: tuple) -> None:
+        """Encode and submit one dispatch of ``groups`` (x, y, z) workgroups with a bind group from ``bind``."""
+
     def dispatch(self, dev: Device, pipeline: Any, bindings: list, groups: tuple) -> None:
-        """Encode and submit one dispatch of ``groups`` (x, y, z) workgroups."""
+        """``dispatch_bound`` with a fresh bind group of ``bindings``."""
 
     def wait(self, dev: Device) -> None:
         """Block until the submitted work is done."""

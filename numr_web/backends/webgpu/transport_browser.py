@@ -434,24 +434,33 @@ def _error_text(err):
     return f"{kind}: {err.message}"
 
 
-def dispatch(dev, pipeline, bindings, groups):
-    """Encode one compute dispatch and submit it."""
-    from pyodide.ffi import to_js
-
+def bind(dev, pipeline, bindings):
+    """A bind group of ``bindings`` (``(buffer, offset, size)`` each) for ``pipeline``'s layout."""
     _check(dev)
-    d = dev.device
     entries = [
         {"binding": i, "resource": {"buffer": b, "offset": int(o), "size": int(s)}}
         for i, (b, o, s) in enumerate(bindings)
     ]
-    bg = d.createBindGroup(_obj({"layout": pipeline.layout, "entries": entries}))
-    enc = d.createCommandEncoder()
+    return dev.device.createBindGroup(_obj({"layout": pipeline.layout, "entries": entries}))
+
+
+def dispatch_bound(dev, pipeline, bind_group, groups):
+    """Encode one compute dispatch with a bind group from ``bind`` and submit it."""
+    from pyodide.ffi import to_js
+
+    _check(dev)
+    enc = dev.device.createCommandEncoder()
     cp = enc.beginComputePass()
     cp.setPipeline(pipeline.pipeline)
-    cp.setBindGroup(0, bg)
+    cp.setBindGroup(0, bind_group)
     cp.dispatchWorkgroups(int(groups[0]), int(groups[1]), int(groups[2]))
     cp.end()
     dev.queue.submit(to_js([enc.finish()]))
+
+
+def dispatch(dev, pipeline, bindings, groups):
+    """Encode one compute dispatch and submit it."""
+    dispatch_bound(dev, pipeline, bind(dev, pipeline, bindings), groups)
 
 
 async def wait_async(dev):

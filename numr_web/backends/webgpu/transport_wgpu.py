@@ -158,21 +158,29 @@ def create_pipeline(dev, code, entry, binding_kinds):
     return Pipeline(pipe, bgl)
 
 
-def dispatch(dev, pipeline, bindings, groups):
-    """Encode one compute dispatch and submit it."""
-    d = dev.device
+def bind(dev, pipeline, bindings):
+    """A bind group of ``bindings`` (``(buffer, offset, size)`` each) for ``pipeline``'s layout."""
     entries = [
         {"binding": i, "resource": {"buffer": b, "offset": int(o), "size": int(s)}}
         for i, (b, o, s) in enumerate(bindings)
     ]
-    bg = d.create_bind_group(layout=pipeline.layout, entries=entries)
-    enc = d.create_command_encoder()
+    return dev.device.create_bind_group(layout=pipeline.layout, entries=entries)
+
+
+def dispatch_bound(dev, pipeline, bind_group, groups):
+    """Encode one compute dispatch with a bind group from ``bind`` and submit it."""
+    enc = dev.device.create_command_encoder()
     cp = enc.begin_compute_pass()
     cp.set_pipeline(pipeline.pipeline)
-    cp.set_bind_group(0, bg)
+    cp.set_bind_group(0, bind_group)
     cp.dispatch_workgroups(int(groups[0]), int(groups[1]), int(groups[2]))
     cp.end()
     dev.queue.submit([enc.finish()])
+
+
+def dispatch(dev, pipeline, bindings, groups):
+    """Encode one compute dispatch and submit it."""
+    dispatch_bound(dev, pipeline, bind(dev, pipeline, bindings), groups)
 
 
 def wait(dev):
