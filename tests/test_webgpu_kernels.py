@@ -139,7 +139,7 @@ def test_large_offset_stays_at_float32_floor(wg, work_shapes, rng, layout, offse
     assert rel_err(r["dw"], dw) < 1e-5
 
 
-def test_outlier_first_element_triggers_the_recentred_pass(wg, rng):
+def test_outlier_first_element_triggers_the_recentred_pass(wg, work_shapes, rng):
     # The shift is the group's first element: make it a far outlier so (s1/M)^2 > 8 var.
     x = rng.standard_normal((2, 8, 8, 8)).astype(np.float32)
     x[:, :, 0, 0] = 3e3
@@ -149,7 +149,7 @@ def test_outlier_first_element_triggers_the_recentred_pass(wg, rng):
     assert rel_err(wg.to_numpy(rstd) / rr, np.ones_like(rr)) < 2e-6
 
 
-def test_float16_near_300_does_not_overflow(f16_mode, rng):
+def test_float16_near_300_does_not_overflow(f16_mode, work_shapes, rng):
     from numr_web.backends.webgpu import BACKEND
 
     x = (300 + 30 * rng.standard_normal((2, 16, 8, 8))).astype(np.float16)
@@ -161,7 +161,7 @@ def test_float16_near_300_does_not_overflow(f16_mode, rng):
     assert rel_err(BACKEND.to_numpy(rstd) / rr, np.ones_like(rr)) < 2e-6
 
 
-def test_huge_values_rescale_instead_of_overflowing(wg, rng):
+def test_huge_values_rescale_instead_of_overflowing(wg, work_shapes, rng):
     x = (rng.standard_normal((1, 4, 8, 8)) * 1e25).astype(np.float32)
     y, mean, rstd = forward(wg, wg.from_numpy(x), None, None, 2, 1e-5)
     yr, mr, rr = ref_forward(x, 2)
@@ -171,7 +171,7 @@ def test_huge_values_rescale_instead_of_overflowing(wg, rng):
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("shape", [(2, 8, 4, 4), (2, 8, 3, 3)])
-def test_nan_stays_in_its_group(wg, rng, layout, shape):
+def test_nan_stays_in_its_group(wg, work_shapes, rng, layout, shape):
     x = rng.standard_normal(shape).astype(np.float32)
     x[1, 2, 1, 1] = np.nan  # group (1, 1) with G=4
     if layout == "nhwc":
@@ -189,8 +189,9 @@ def test_nan_stays_in_its_group(wg, rng, layout, shape):
     assert np.all(np.isfinite(dxg[~bad]))
 
 
-def test_variance_is_clamped_for_constant_groups(wg):
-    x = np.full((2, 4, 3, 3), 7.25, np.float32)
+@pytest.mark.parametrize("shape", [(2, 4, 3, 3), (2, 4, 4, 4)])
+def test_variance_is_clamped_for_constant_groups(wg, work_shapes, shape):
+    x = np.full(shape, 7.25, np.float32)
     y, mean, rstd = forward(wg, wg.from_numpy(x), None, None, 2, 1e-5)
     np.testing.assert_array_equal(wg.to_numpy(y), 0.0)
     np.testing.assert_allclose(wg.to_numpy(rstd), 1 / np.sqrt(1e-5), rtol=1e-6)
@@ -221,7 +222,7 @@ def test_dy_in_another_layout_than_x(wg, rng):
     assert rel_err(wg.to_numpy(dx), ref_backward(dy, x, 4)[0]) < 5e-6
 
 
-def test_results_are_deterministic(wg, rng):
+def test_results_are_deterministic(wg, work_shapes, rng):
     x = wg.from_numpy(rng.standard_normal((4, 32, 16, 16)).astype(np.float32))
     w = wg.from_numpy(rng.standard_normal(32).astype(np.float32))
     dy = wg.from_numpy(rng.standard_normal((4, 32, 16, 16)).astype(np.float32))

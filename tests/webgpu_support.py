@@ -40,16 +40,41 @@ def nhwc(a):
     return np.ascontiguousarray(a.transpose(perm)).transpose(np.argsort(perm))
 
 
-@pytest.fixture(params=["adapter", "gpu-shapes"])
-def work_shapes(request):
-    """Run with the work shapes chosen for this adapter, and again with the ones chosen for
-    GPUs (64 threads, many items each), so both planners' kernels are checked here."""
-    require_target("webgpu")
-    from numr_web.backends.webgpu import device
+#: work_shapes params: plan, GPU planner, longest split piece (vec4 steps), and whether a
+#: group's second sum runs in the combine thread (small groups) or in the FIX passes
+WORK_SHAPES = {
+    "adapter": ("fused", False, None, True),
+    "gpu-shapes": ("fused", True, None, True),
+    "split": ("split", False, None, True),
+    "split-pieces": ("split", False, 3, False),
+    "split-gpu-pieces": ("split", True, 3, False),
+}
 
+
+@pytest.fixture(params=list(WORK_SHAPES))
+def work_shapes(request):
+    """Run with the fused plan (one workgroup per (n, g)) and the work shapes chosen for this
+    adapter, again with the ones chosen for GPUs (64 threads, many items each), and with the
+    split plan (partials, combine, apply passes: group_norm_split*.wgsl) as planned for this
+    adapter and with pieces of at most 3 vec4 steps (many pieces per group, so the combine of
+    pieces from many threads and workgroups runs even on tiny shapes), contiguous (CPU
+    adapters) and interleaved (GPUs), with second sums in the FIX passes.  Shapes the split
+    plan does not take (channels-last, rows not a multiple of 4) run the fused plan under
+    every param."""
+    require_target("webgpu")
+    from numr_web.backends.webgpu import device, group_norm_launch
+
+    plan, gpu, piece, inline_redo = WORK_SHAPES[request.param]
+    gl = group_norm_launch
     ctx = device.context()
-    saved = ctx.cpu_adapter
-    if request.param == "gpu-shapes":
+    saved = ctx.cpu_adapter, gl.PLAN, gl.SPLIT_PIECE_STEPS, gl.INLINE_REDO_STEPS
+    if gpu:
         ctx.cpu_adapter = False
-    yield request.param
-    ctx.cpu_adapter = saved
+    gl.PLAN = plan
+    gl.SPLIT_PIECE_STEPS = piece
+    if not inline_redo:
+        gl.INLINE_REDO_STEPS = 0
+    try:
+        yield request.param
+    finally:
+        ctx.cpu_adapter, gl.PLAN, gl.SPLIT_PIECE_STEPS, gl.INLINE_REDO_STEPS = saved

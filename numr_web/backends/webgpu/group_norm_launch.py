@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import struct
 from functools import lru_cache
 
@@ -165,6 +166,219 @@ class GroupPlan:
         return {"NHWC": self.nhwc, "VEC": self.vec, "APPLY": apply, "SILU": silu, "AFFINE": affine, "WG": self.wg}
 
 
+#: Which work plan NCHW GroupNorm uses: "auto" (the planner below), "fused" (one workgroup per
+#: (n, g): statistics and output together) or "split" (barrier-free partials, combine, apply:
+#: group_norm_split*.wgsl).  None: the environment variable NUMR_WEB_WEBGPU_PLAN, read per call.
+PLAN = None
+#: Tests: the longest piece of a row (vec4 steps) the split plan may use (None: the planner's),
+#: so that tiny shapes still cut a group into many pieces.
+SPLIT_PIECE_STEPS = None
+PLANS = ("auto", "fused", "split")
+#: groups of at most this many vec4s are summed again inside the split plan's combine thread
+INLINE_REDO_STEPS = STEP_CAP // 2
+
+#: auto on GPU adapters: split when the fused plan's N * G workgroups would underfill the device
+#: (fewer than this many; about 2 workgroups per core of a large GPU) and groups are large.
+GPU_SPLIT_BELOW_GROUPS = 256
+GPU_SPLIT_MIN_GROUP = 16384
+#: auto on CPU adapters (lavapipe, SwiftShader): split for groups of at most this many elements
+#: (small groups pay the fused plan's per-group fixed costs; measured, see docs/webgpu.md).
+CPU_SPLIT_MAX_GROUP = 4096
+
+
+def plan_name() -> str:
+    name = PLAN if PLAN is not None else os.environ.get("NUMR_WEB_WEBGPU_PLAN", "auto")
+    name = (name or "auto").strip().lower()
+    if name not in PLANS:
+        raise ValueError(f"NUMR_WEB_WEBGPU_PLAN={name!r}: expected one of {', '.join(PLANS)}")
+    return name
+
+
+def use_split(plan: GroupPlan, ctx, backward: bool = False) -> bool:
+    """Whether this call runs the split plan (only NCHW rows of HW % 4 == 0 can)."""
+    if plan.nhwc or plan.vec != 4 or plan.N * plan.G == 0 or plan.M == 0:
+        return False
+    name = plan_name()
+    if name != "auto":
+        return name == "split"
+    if ctx.cpu_adapter:
+        return plan.M <= CPU_SPLIT_MAX_GROUP
+    return plan.N * plan.G < GPU_SPLIT_BELOW_GROUPS and plan.M >= GPU_SPLIT_MIN_GROUP
+
+
+class SplitPlan:
+    """The split plan's cut: rows ((n, c), ``steps`` vec4s) in P pieces, A pieces per partials
+    thread, ``run`` vec4s per apply thread, workgroups of ``wg``.
+
+    CPU adapters run a workgroup's SIMD batches one after another on one core and like long
+    contiguous runs per thread: pieces up to ``target`` steps, a thread walks whole pieces (of
+    several rows or groups when rows are short) for about ``target`` steps.  GPUs get short
+    interleaved pieces (INTERLEAVE: piece k of a row takes steps k, k + P, ..., so that
+    neighbouring threads read neighbouring vec4s), many threads, and one vec4 per thread in
+    the elementwise pass.  Every thread stays within lavapipe's loop limit (STEP_CAP)."""
+
+    def __init__(self, plan: GroupPlan, cpu_adapter: bool, wg: int = WG):
+        self.plan = plan
+        self.interleave = not cpu_adapter
+        target = 1024 if cpu_adapter else 16
+        # enough threads for every core: about 8 per core of a 16-core host; a GPU's many more
+        rows = plan.N * plan.C
+        want_threads = 128 if cpu_adapter else 1 << 16
+        total = rows * plan.steps
+        target = max(8, min(target, -(-total // want_threads)))
+        if SPLIT_PIECE_STEPS is not None:
+            target = max(1, min(target, SPLIT_PIECE_STEPS))
+        P = max(1, -(-plan.steps // target))
+        # the combine thread walks Cg * P pieces: keep that within the loop limit too
+        P = max(1, min(P, STEP_CAP // (2 * max(plan.channels_per_group, 1))))
+        seg = -(-plan.steps // P)
+        self.P = P
+        self.A = max(1, min(max(target, seg) // seg, STEP_CAP // (2 * seg)))
+        self.run = max(1, min(target, STEP_CAP // 2))
+        self.wg = wg if not cpu_adapter else 16
+        if seg * self.A > STEP_CAP or plan.channels_per_group * P > STEP_CAP:
+            raise ValueError(
+                f"x: a group of {plan.channels_per_group} rows x {plan.steps} steps cannot be split within the "
+                f"software adapter's loop limit; use the fused plan (NUMR_WEB_WEBGPU_PLAN=fused)"
+            )
+
+    def params(self, per_thread, x_base, g_first, ngroups, eps=0.0, workspace=None):
+        plan = self.plan
+        return struct.pack(
+            "<12I2f2I",
+            plan.C,
+            plan.HW,
+            plan.G,
+            plan.channels_per_group,
+            per_thread,
+            self.P,
+            ngroups * plan.channels_per_group * self.P,
+            plan.steps,
+            x_base,
+            g_first,
+            ngroups,
+            plan.M,
+            float(eps),
+            1.0 / plan.M,
+            *(workspace.offsets if workspace else (0, 0)),
+        )
+
+    def constants(self, silu, affine, **flags):
+        return {
+            "NHWC": False,
+            "VEC": 4,
+            "SILU": silu,
+            "AFFINE": affine,
+            "WG": self.wg,
+            "INTERLEAVE": self.interleave,
+            **flags,
+        }
+
+    def threads_partials(self, ngroups):
+        return -(-(ngroups * self.plan.channels_per_group * self.P) // self.A)
+
+    def threads_apply(self, ngroups):
+        units = ngroups * self.plan.M // 4
+        return units if self.interleave else -(-units // self.run)
+
+    def workgroups(self, threads):
+        return max(1, -(-threads // self.wg))
+
+
+def _forward_split(ctx, x, y, mean, rstd, plan, affine_binds, eps, silu, affine, key):
+    sp = SplitPlan(plan, ctx.cpu_adapter)
+    aux = Scratch(ctx, plan.N * plan.G * 16)
+    part_per_group = plan.channels_per_group * sp.P * 8
+    dt = {"X": key, "Y": key}
+    # a group that needs a second sum is summed again by its combine thread when that stays
+    # within the loop limit (no FIX passes: two dispatches fewer); larger ones get the FIX passes
+    inline = plan.M // 4 <= INLINE_REDO_STEPS
+    for g_first, ngroups, off, size, x_base, _count in plan.chunks(ctx.max_binding, part_per_group):
+        part = Scratch(ctx, ngroups * part_per_group)
+        binds = [
+            (x.buffer, off, size),
+            (y.buffer, off, size),
+            *affine_binds,
+            _whole(ctx, mean),
+            _whole(ctx, rstd),
+            _whole(ctx, aux),
+            _whole(ctx, part),
+        ]
+        for fix in (False,) if inline else (False, True):
+            ctx.launch(
+                "group_norm_split.wgsl",
+                "partials",
+                dt,
+                sp.constants(silu, affine, FIX=fix, INLINE_REDO=inline),
+                binds,
+                sp.workgroups(sp.threads_partials(ngroups)),
+                sp.params(sp.A, x_base, g_first, ngroups, eps),
+            )
+            ctx.launch(
+                "group_norm_split.wgsl",
+                "combine",
+                dt,
+                sp.constants(silu, affine, FIX=fix, INLINE_REDO=inline),
+                binds,
+                sp.workgroups(ngroups),
+                sp.params(1, x_base, g_first, ngroups, eps),
+            )
+        ctx.launch(
+            "group_norm_split.wgsl",
+            "apply",
+            dt,
+            sp.constants(silu, affine, FIX=False, INLINE_REDO=inline),
+            binds,
+            sp.workgroups(sp.threads_apply(ngroups)),
+            sp.params(sp.run, x_base, g_first, ngroups, eps),
+        )
+
+
+def _backward_split(ctx, x, dy, dx, mean, rstd, plan, affine_binds, silu, use_w, key):
+    sp = SplitPlan(plan, ctx.cpu_adapter)
+    ws = Workspace(ctx, plan, plan.channels_per_group * sp.P * 16)
+    dt = {"X": key, "DY": key, "DX": key}
+    for g_first, ngroups, off, size, x_base, _count in ws.chunks:
+        binds = [
+            (x.buffer, off, size),
+            (dy.buffer, off, size),
+            (dx.buffer, off, size),
+            *affine_binds,
+            _whole(ctx, mean),
+            _whole(ctx, rstd),
+            _whole(ctx, ws.scratch),
+        ]
+        for refine in (True, False) if silu else (False,):
+            ctx.launch(
+                "group_norm_split_backward.wgsl",
+                "partials",
+                dt,
+                sp.constants(silu, use_w, REFINE=refine),
+                binds,
+                sp.workgroups(sp.threads_partials(ngroups)),
+                sp.params(sp.A, x_base, g_first, ngroups, workspace=ws),
+            )
+            ctx.launch(
+                "group_norm_split_backward.wgsl",
+                "combine",
+                dt,
+                sp.constants(silu, use_w, REFINE=refine),
+                binds,
+                sp.workgroups(ngroups),
+                sp.params(1, x_base, g_first, ngroups, workspace=ws),
+            )
+        ctx.launch(
+            "group_norm_split_backward.wgsl",
+            "dx",
+            dt,
+            sp.constants(silu, use_w, REFINE=False),
+            binds,
+            sp.workgroups(sp.threads_apply(ngroups)),
+            sp.params(sp.run, x_base, g_first, ngroups, workspace=ws),
+        )
+    return ws
+
+
 MAXGB = 64  # workgroup array size in group_norm_nhwc.wgsl
 
 
@@ -274,6 +488,9 @@ def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation, layout):
     key = ctx.dtype_key(x.dtype.name)
     dt = {"X": key, "Y": key}
     affine_binds = [_whole(ctx, w if affine else ctx.dummy), _whole(ctx, b if affine else ctx.dummy)]
+    if use_split(plan, ctx):
+        _forward_split(ctx, x, y, mean, rstd, plan, affine_binds, eps, silu, affine, key)
+        return y, mean, rstd
     if _block_path(plan):
         blocks = BlockPlan(plan, ctx.cpu_adapter)
         part_per_group = blocks.items * 32 // blocks.GB
@@ -356,7 +573,10 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
             _whole(ctx, w_eff) if use_w else _whole(ctx, ctx.dummy),
             _whole(ctx, b) if use_w else _whole(ctx, ctx.dummy),
         ]
-        if _block_path(plan):
+        split = use_split(plan, ctx, backward=True)
+        if split:
+            ws = _backward_split(ctx, x, dy, dx, mean, rstd, plan, affine_binds, silu, use_w, key)
+        elif _block_path(plan):
             blocks = BlockPlan(plan, ctx.cpu_adapter)
             part_per_group = blocks.items * 48 // blocks.GB
             ws = Workspace(ctx, plan, part_per_group)
@@ -380,7 +600,7 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
                 )
         else:
             ws = Workspace(ctx, plan, plan.items * 32)
-        for g_first, ngroups, off, size, x_base, count in [] if _block_path(plan) else ws.chunks:
+        for g_first, ngroups, off, size, x_base, count in [] if (split or _block_path(plan)) else ws.chunks:
             xb, dyb, dxb = (x.buffer, off, size), (dy.buffer, off, size), (dx.buffer, off, size)
             ctx.launch(
                 "group_norm_backward.wgsl",

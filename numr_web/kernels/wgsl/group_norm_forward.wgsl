@@ -13,6 +13,7 @@
 // near its mean, so large offsets cost no accuracy.  A group with a NaN or an
 // infinity gets NaN mean and rstd (and so NaN y), as on the CPU.
 //!include group_norm_common.wgsl
+//!include group_norm_stats.wgsl
 @group(0) @binding(0) var<storage, read> X: array<ST_X>;
 @group(0) @binding(1) var<storage, read_write> Y: array<ST_Y>;
 @group(0) @binding(2) var<storage, read> W: array<f32>;
@@ -55,18 +56,7 @@ fn partial_sums(gl: u32, n: u32, g: u32, lid: u32, k: f32, sc: f32) -> vec2<f32>
   return vec2<f32>(dot(s1, vec4<f32>(1.0)), dot(s2, vec4<f32>(1.0)));
 }
 
-fn not_finite(v: f32) -> bool { return (bitcast<u32>(v) & 0x7f800000u) == 0x7f800000u; }
-
-// rstd / s = 1 / sqrt(var_s + eps * s^2) from the variance var_s in units scaled by s; where
-// eps * s^2 overflows, eps dwarfs var and it is 1 / (sqrt(eps) * s).
-fn rstd_in_units(var_s: f32, s: f32) -> f32 {
-  let es = p.eps * s * s;
-  if (not_finite(es)) { return 1.0 / (sqrt(p.eps) * s); }
-  return 1.0 / sqrt(var_s + es);
-}
-
-// Thread 0: total the partials into (K, S1/M and var in scaled units, redo: 0 no, 1 shift,
-// 2 overflow, 3 underflow).  A non-finite sum keeps its NaN or inf in var (max() may drop a NaN).
+// Thread 0: total the partials into wg_stat (group_stat, group_norm_stats.wgsl).
 fn combine(k: f32, sc: f32, allow_redo: bool) {
   var s1 = 0.0;
   var s2 = 0.0;
@@ -74,13 +64,7 @@ fn combine(k: f32, sc: f32, allow_redo: bool) {
     s1 += wg_part[i].x;
     s2 += wg_part[i].y;
   }
-  let d = s1 * p.inv_m;
-  let t = s2 * p.inv_m - d * d;
-  let overflow = not_finite(s2) || not_finite(s1);
-  let v = select(max(t, 0.0), t, not_finite(t));
-  let tiny = v < TINY_VAR && (s1 != 0.0 || s2 != 0.0);
-  let redo = allow_redo && (d * d > POOR_SHIFT_RATIO * v || overflow || tiny);
-  wg_stat = vec4<f32>(k, d, v, select(0.0, select(select(1.0, 3.0, tiny), 2.0, overflow), redo));
+  wg_stat = group_stat(k, s1, s2, allow_redo);
 }
 
 @compute @workgroup_size(WG)
@@ -99,26 +83,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   var st = workgroupUniformLoad(&wg_stat);
   var sc = 1.0;
   if (st.w != 0.0) {
-    var k1 = st.x + st.y;
-    if (st.w > 2.5) {
-      sc = UNDERFLOW_SCALE;  // squares of the deviations below float32's normal range
-    } else if (st.w > 1.5) {
-      sc = OVERFLOW_SCALE;
-      if (not_finite(k1)) { k1 = st.x; }  // the deviations' sum overflowed too: keep the first element
-    }
-    wg_part[lid] = partial_sums(gl, n, g, lid, k1, sc);
+    let ks = redo_shift(st);
+    sc = ks.y;
+    wg_part[lid] = partial_sums(gl, n, g, lid, ks.x, sc);
     workgroupBarrier();
-    if (lid == 0u) { combine(k1, sc, false); }
+    if (lid == 0u) { combine(ks.x, sc, false); }
     st = workgroupUniformLoad(&wg_stat);
   }
-  var mean_hi = st.x;
-  var mean_lo = st.y;  // scaled units
-  var rstd_s = rstd_in_units(st.z, sc);
-  if (not_finite(st.y) || not_finite(st.z)) {  // a NaN or an infinity in the group
-    mean_hi = nan_of(st.y, st.z);
-    mean_lo = mean_hi;
-    rstd_s = mean_hi;
-  }
+  let aux = group_aux(st, sc);
+  let mean_hi = aux.x;
+  let mean_lo = aux.y;  // scaled units
+  let rstd_s = aux.z;
   if (lid == 0u) {
     MEAN[gg] = (mean_hi * sc + mean_lo) / sc;
     RSTD[gg] = rstd_s * sc;

@@ -1,0 +1,198 @@
+// GroupNorm forward, split plan (NCHW, rows of HW % 4 == 0): three kinds of barrier-free
+// dispatch instead of one workgroup per (n, g).
+//
+//   partials: the chunk's rows (one (n, c) each, HW / 4 vec4 steps) are cut into P pieces;
+//             every thread sums A consecutive pieces (of one group, or of several consecutive
+//             groups when groups are small) and writes one (S1, S2) per piece to PART.
+//   combine:  one thread per group totals its Cg * P pieces in piece order (fixed order: no
+//             atomics, bitwise repeatable) and finishes the statistics exactly as the fused
+//             kernel does (group_norm_stats.wgsl).  A group that needs a second sum (poor shift,
+//             overflow, underflow) is summed again by its combine thread when the group is
+//             small (INLINE_REDO: at most INLINE_REDO_STEPS vec4s), else marked in AUX (w < 0:
+//             (k1, 0, 0, -s)) and FIX = true runs partials and combine again for the marked
+//             groups only (the others exit at once).
+//   apply:    every thread writes A consecutive vec4s of y, row by row (per-row scale, shift).
+//
+// Params (group_norm_common.wgsl) read here: A (pieces per thread, or vec4s per thread in
+// apply), P (pieces per row), items (pieces in the chunk), steps (HW / 4).
+// Constants: NHWC = false, VEC = 4, SILU, AFFINE, WG, FIX, INLINE_REDO, INTERLEAVE.
+//!include group_norm_common.wgsl
+//!include group_norm_stats.wgsl
+@group(0) @binding(0) var<storage, read> X: array<ST_X>;
+@group(0) @binding(1) var<storage, read_write> Y: array<ST_Y>;
+@group(0) @binding(2) var<storage, read> W: array<f32>;
+@group(0) @binding(3) var<storage, read> B: array<f32>;
+@group(0) @binding(4) var<storage, read_write> MEAN: array<f32>;
+@group(0) @binding(5) var<storage, read_write> RSTD: array<f32>;
+@group(0) @binding(6) var<storage, read_write> AUX: array<vec4<f32>>;   // (mean_hi, mean_lo_s, rstd_s, s) per group
+@group(0) @binding(7) var<storage, read_write> PART: array<vec2<f32>>;  // (S1, S2) per piece of the chunk
+@group(0) @binding(8) var<uniform> p: Params;
+
+fn thread_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+  return (wid.y * nwg.x + wid.x) * WG + lid;
+}
+
+// Piece pi: vec4 indices u0, u0 + du, ... below u1 into X, and its group inside the chunk.
+// Contiguous pieces (CPU adapters: long runs per thread), or with INTERLEAVE (GPUs) piece pc
+// of a row takes steps pc, pc + P, pc + 2P, ...: neighbouring threads read neighbouring vec4s.
+struct Piece { u0: u32, u1: u32, du: u32, gl: u32 }
+
+fn piece_of(pi: u32) -> Piece {
+  let row = pi / p.P;
+  let pc = pi % p.P;
+  var out: Piece;
+  let rb = (p.x_base >> 2u) + row * p.steps;
+  if (INTERLEAVE) {
+    out.u0 = rb + pc;
+    out.u1 = rb + p.steps;
+    out.du = p.P;
+  } else {
+    let q = p.steps / p.P;
+    let r = p.steps % p.P;
+    out.u0 = rb + pc * q + min(pc, r);
+    out.u1 = out.u0 + q + select(0u, 1u, pc < r);
+    out.du = 1u;
+  }
+  out.gl = row / p.Cg;
+  return out;
+}
+
+// The group's shift K and scale: its first element and 1, or (FIX) the marked redo's.
+// Returns (k, s, go): go = 0 when FIX and the group needs no second sum.
+fn shift_of(gl: u32) -> vec3<f32> {
+  if (FIX) {
+    let a = AUX[p.g_first + gl];
+    return vec3<f32>(a.x, -a.w, select(0.0, 1.0, a.w < 0.0));
+  }
+  return vec3<f32>(ld_X((p.x_base >> 2u) + gl * (p.M >> 2u)).x, 1.0, 1.0);
+}
+
+@compute @workgroup_size(WG)
+fn partials(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+  let first = thread_index(wid, nwg, lid) * p.A;
+  if (first >= p.items) { return; }
+  let last = min(first + p.A, p.items);
+  for (var pi = first; pi < last; pi++) {
+    let pc = piece_of(pi);
+    let ks = shift_of(pc.gl);
+    if (ks.z == 0.0) { continue; }
+    let sc = ks.y;
+    let k = ks.x * sc;
+    var s1 = vec4<f32>(0.0);
+    var s2 = vec4<f32>(0.0);
+    // two-level sums (blocks of 32 steps), as in the fused kernel
+    var u = pc.u0;
+    loop {
+      if (u >= pc.u1) { break; }
+      let uend = min(u + 32u * pc.du, pc.u1);
+      var b1 = vec4<f32>(0.0);
+      var b2 = vec4<f32>(0.0);
+      for (; u < uend; u += pc.du) {
+        let d = ld_X(u) * sc - k;
+        b1 += d;
+        b2 += d * d;
+      }
+      s1 += b1;
+      s2 += b2;
+    }
+    PART[pi] = vec2<f32>(dot(s1, vec4<f32>(1.0)), dot(s2, vec4<f32>(1.0)));
+  }
+}
+
+@compute @workgroup_size(WG)
+fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+  let gl = thread_index(wid, nwg, lid);
+  if (gl >= p.ngroups) { return; }
+  let gg = p.g_first + gl;
+  let ks = shift_of(gl);
+  if (ks.z == 0.0) { return; }
+  let per = p.Cg * p.P;
+  // two-level sums over the pieces (blocks of 32), in piece order
+  var s = vec2<f32>(0.0);
+  var i = gl * per;
+  let iend = i + per;
+  loop {
+    if (i >= iend) { break; }
+    let bend = min(i + 32u, iend);
+    var b = vec2<f32>(0.0);
+    for (; i < bend; i++) { b += PART[i]; }
+    s += b;
+  }
+  let s1 = s.x;
+  let s2 = s.y;
+  var st = group_stat(ks.x, s1, s2, !FIX);
+  var sc = ks.y;
+  if (st.w != 0.0) {  // only without FIX: the group needs a second sum
+    let r = redo_shift(st);
+    if (!INLINE_REDO) {  // mark it for the FIX passes
+      AUX[gg] = vec4<f32>(r.x, 0.0, 0.0, -r.y);
+      return;
+    }
+    // small groups: this thread sums the whole group again (within the loop limit)
+    sc = r.y;
+    let k = r.x * sc;
+    let u0 = (p.x_base >> 2u) + gl * (p.M >> 2u);
+    let u1 = u0 + (p.M >> 2u);
+    var t1 = vec4<f32>(0.0);
+    var t2 = vec4<f32>(0.0);
+    var u = u0;
+    loop {
+      if (u >= u1) { break; }
+      let uend = min(u + 32u, u1);
+      var b1 = vec4<f32>(0.0);
+      var b2 = vec4<f32>(0.0);
+      for (; u < uend; u++) {
+        let d = ld_X(u) * sc - k;
+        b1 += d;
+        b2 += d * d;
+      }
+      t1 += b1;
+      t2 += b2;
+    }
+    st = group_stat(r.x, dot(t1, vec4<f32>(1.0)), dot(t2, vec4<f32>(1.0)), false);
+  }
+  let aux = group_aux(st, sc);
+  MEAN[gg] = (aux.x * sc + aux.y) / sc;
+  RSTD[gg] = aux.z * sc;
+  AUX[gg] = aux;
+}
+
+@compute @workgroup_size(WG)
+fn apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+         @builtin(local_invocation_index) lid: u32) {
+  let total = p.ngroups * (p.M >> 2u);
+  let xb = p.x_base >> 2u;
+  if (INTERLEAVE) {  // GPUs: one vec4 per thread
+    let t = thread_index(wid, nwg, lid);
+    if (t < total) { apply_run(t, t + 1u, xb); }
+    return;
+  }
+  let first = thread_index(wid, nwg, lid) * p.A;
+  if (first >= total) { return; }
+  apply_run(first, min(first + p.A, total), xb);
+}
+
+// y over vec4s [first, last) of the chunk, row by row.
+fn apply_run(first: u32, last: u32, xb: u32) {
+  var t = first;
+  loop {
+    if (t >= last) { break; }
+    let row = t / p.steps;
+    let rend = min((row + 1u) * p.steps, last);
+    let gl = row / p.Cg;
+    let gg = p.g_first + gl;
+    let c = (gg % p.G) * p.Cg + row % p.Cg;
+    let a = AUX[gg];
+    let sc = a.w;
+    let hs = a.x * sc;
+    let scale = lane_w(c) * a.z;
+    let shift = lane_b(c) - a.y * scale;
+    for (; t < rend; t++) {
+      var y = (ld_X(xb + t) * sc - hs) * scale + shift;
+      if (SILU) { y = silu(y); }
+      st_Y(xb + t, y);
+    }
+  }
+}

@@ -1,0 +1,190 @@
+// GroupNorm backward, split plan (NCHW, rows of HW % 4 == 0): barrier-free dispatches in
+// place of one workgroup per (n, g); the formulas are those of group_norm_backward.wgsl.
+//
+//   partials: rows ((n, c), HW / 4 vec4 steps) cut into P pieces; every thread walks A
+//             consecutive pieces and writes (ds, db, sum xc_s, 0) per piece to PART.
+//             REFINE = true (SILU only): sum xc_s alone, for groups with |mean| rstd >
+//             REFINE_MEAN_ABOVE (the others exit), to restore the mean's low part first.
+//   combine:  one thread per group, pieces in order (fixed order, bitwise repeatable):
+//             REFINE: zlo -> COEF.w; else per channel (ds, db) -> DSDB, then the group's
+//             coefficients -> COEF = (c0, c1, mean_lo, zlo), as the fused kernel's thread 0.
+//   dx:       every thread writes A consecutive vec4s of dx, row by row.
+// dweight and dbias come from DSDB and COEF (group_norm_dweight.wgsl), as for the fused plan.
+// Constants: NHWC = false, VEC = 4, SILU, AFFINE, WG, REFINE, INTERLEAVE.
+//!include group_norm_common.wgsl
+//!include group_norm_coef.wgsl
+@group(0) @binding(0) var<storage, read> X: array<ST_X>;
+@group(0) @binding(1) var<storage, read> DY: array<ST_DY>;
+@group(0) @binding(2) var<storage, read_write> DX: array<ST_DX>;
+@group(0) @binding(3) var<storage, read> W: array<f32>;
+@group(0) @binding(4) var<storage, read> B: array<f32>;
+@group(0) @binding(5) var<storage, read> MEAN: array<f32>;
+@group(0) @binding(6) var<storage, read> RSTD: array<f32>;
+@group(0) @binding(7) var<storage, read_write> WS: array<vec4<f32>>;  // workspace: PART from 0, DSDB at p.dsdb_at, COEF at p.coef_at
+@group(0) @binding(8) var<uniform> p: Params;
+
+fn thread_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+  return (wid.y * nwg.x + wid.x) * WG + lid;
+}
+
+fn refine(mean: f32, rstd: f32) -> bool { return SILU && abs(mean) * rstd > REFINE_MEAN_ABOVE; }
+
+// dL/dz from dy; z = scale*xc + shift is the pre-activation (SILU only).
+fn dz_of(dy: vec4<f32>, xc: vec4<f32>, scale: vec4<f32>, shift: vec4<f32>) -> vec4<f32> {
+  if (!SILU) { return dy; }
+  let z = xc * scale + shift;
+  let s = 1.0 / (1.0 + exp(-z));
+  return dy * s * (1.0 + z * (1.0 - s));
+}
+
+// What a row needs: its channel, group, the group's mean * s, s, rstd / s, and the row's
+// scale (w rstd / s) and shift (b - zlo scale) of z.
+struct Row { gg: u32, c: u32, ms: f32, sc: f32, alpha: vec4<f32>, scale: vec4<f32>, shift: vec4<f32> }
+
+fn row_of(row: u32) -> Row {
+  var o: Row;
+  o.gg = p.g_first + row / p.Cg;
+  o.c = (o.gg % p.G) * p.Cg + row % p.Cg;
+  let mean = MEAN[o.gg];
+  let rstd = RSTD[o.gg];
+  o.sc = rstd_scale(rstd);
+  o.ms = mean * o.sc;
+  var zlo = 0.0;
+  if (SILU && !REFINE) { zlo = WS[p.coef_at + o.gg].w; }
+  o.alpha = lane_w(o.c) * rstd;
+  o.scale = lane_w(o.c) * (rstd / o.sc);
+  o.shift = lane_b(o.c) - zlo * o.scale;
+  return o;
+}
+
+@compute @workgroup_size(WG)
+fn partials(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+  let first = thread_index(wid, nwg, lid) * p.A;
+  if (first >= p.items) { return; }
+  let last = min(first + p.A, p.items);
+  let q = p.steps / p.P;
+  let r = p.steps % p.P;
+  for (var pi = first; pi < last; pi++) {
+    let row = pi / p.P;
+    let pc = pi % p.P;
+    // contiguous pieces, or (INTERLEAVE, GPUs) steps pc, pc + P, ...: neighbours read neighbours
+    let rb = (p.x_base >> 2u) + row * p.steps;
+    var u0 = rb + pc * q + min(pc, r);
+    var u1 = u0 + q + select(0u, 1u, pc < r);
+    var du = 1u;
+    if (INTERLEAVE) {
+      u0 = rb + pc;
+      u1 = rb + p.steps;
+      du = p.P;
+    }
+    let R = row_of(row);
+    if (REFINE) {
+      if (!refine(MEAN[R.gg], RSTD[R.gg])) { continue; }
+      var res = vec4<f32>(0.0);
+      for (var u = u0; u < u1; u += du) { res += ld_X(u) * R.sc - R.ms; }
+      WS[pi] = vec4<f32>(dot(res, vec4<f32>(1.0)), 0.0, 0.0, 0.0);
+      continue;
+    }
+    var ds = vec4<f32>(0.0);
+    var db = vec4<f32>(0.0);
+    var res = vec4<f32>(0.0);
+    for (var u = u0; u < u1; u += du) {
+      let xc = ld_X(u) * R.sc - R.ms;
+      let dz = dz_of(ld_DY(u), xc, R.scale, R.shift);
+      ds += dz * xc;
+      db += dz;
+      res += xc;
+    }
+    let one = vec4<f32>(1.0);
+    WS[pi] = vec4<f32>(dot(ds, one), dot(db, one), dot(res, one), 0.0);
+  }
+}
+
+// Sum of count pieces' partials from PART[first], in order, two-level (blocks of 32).
+fn piece_total(first: u32, count: u32) -> vec4<f32> {
+  var s = vec4<f32>(0.0);
+  var i = first;
+  let iend = first + count;
+  loop {
+    if (i >= iend) { break; }
+    let bend = min(i + 32u, iend);
+    var b = vec4<f32>(0.0);
+    for (; i < bend; i++) { b += WS[i]; }
+    s += b;
+  }
+  return s;
+}
+
+@compute @workgroup_size(WG)
+fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+  let gl = thread_index(wid, nwg, lid);
+  if (gl >= p.ngroups) { return; }
+  let gg = p.g_first + gl;
+  let n = gg / p.G;
+  let g = gg % p.G;
+  let mean = MEAN[gg];
+  let rstd = RSTD[gg];
+  let sc = rstd_scale(rstd);
+  let first = gl * p.Cg * p.P;
+  if (REFINE) {
+    var zlo = 0.0;
+    if (refine(mean, rstd)) {
+      zlo = mean_low_part(mean, piece_total(first, p.Cg * p.P).x, p.inv_m, sc);
+    }
+    WS[p.coef_at + gg] = vec4<f32>(0.0, 0.0, 0.0, zlo);
+    return;
+  }
+  var sg = 0.0;
+  var sgx = 0.0;
+  var res = 0.0;
+  for (var j = 0u; j < p.Cg; j++) {
+    let v = piece_total(first + j * p.P, p.P);
+    let ds = v.x;
+    let db = v.y;
+    res += v.z;
+    let c = g * p.Cg + j;
+    WS[p.dsdb_at + n * p.C + c] = vec4<f32>(ds, db, 0.0, 0.0);
+    var w = 1.0;
+    if (AFFINE) { w = W[c]; }
+    sgx += w * ds;
+    sg += w * db;
+  }
+  var zlo = 0.0;
+  if (SILU) { zlo = WS[p.coef_at + gg].w; }
+  let cf = backward_coefficients(mean, rstd, sgx, sg, res, p.inv_m, sc);
+  WS[p.coef_at + gg] = vec4<f32>(cf, zlo);
+}
+
+@compute @workgroup_size(WG)
+fn dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+      @builtin(local_invocation_index) lid: u32) {
+  let total = p.ngroups * (p.M >> 2u);
+  let xb = p.x_base >> 2u;
+  if (INTERLEAVE) {  // GPUs: one vec4 per thread
+    let t = thread_index(wid, nwg, lid);
+    if (t < total) { dx_run(t, t + 1u, xb); }
+    return;
+  }
+  let first = thread_index(wid, nwg, lid) * p.A;
+  if (first >= total) { return; }
+  dx_run(first, min(first + p.A, total), xb);
+}
+
+// dx over vec4s [first, last) of the chunk, row by row.
+fn dx_run(first: u32, last: u32, xb: u32) {
+  var t = first;
+  loop {
+    if (t >= last) { break; }
+    let row = t / p.steps;
+    let rend = min((row + 1u) * p.steps, last);
+    let R = row_of(row);
+    let cf = WS[p.coef_at + R.gg];
+    for (; t < rend; t++) {
+      let xc = ld_X(xb + t) * R.sc - R.ms;
+      let dz = dz_of(ld_DY(xb + t), xc, R.scale, R.shift);
+      st_DX(xb + t, R.alpha * dz + cf.y * xc + cf.x);
+    }
+  }
+}

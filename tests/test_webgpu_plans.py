@@ -1,0 +1,249 @@
+"""The two NCHW work plans of the WebGPU GroupNorm: fused (one workgroup per (n, g)) and split
+(barrier-free partials, a fixed-order combine, an elementwise pass; group_norm_split*.wgsl),
+against each other and the float64 formula, and the planner that picks between them."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+from oracle import backward as ref_backward
+from oracle import forward as ref_forward
+from oracle import rel_err
+from webgpu_support import wg  # noqa: F401  (fixture)
+
+from numr_web.dtypes import BFLOAT16
+
+#: (label, plan, GPU planner, longest split piece in vec4 steps, second sums in the combine thread)
+PLANS = {
+    "fused": ("fused", False, None, True),
+    "split": ("split", False, None, True),
+    "split-pieces": ("split", False, 3, False),
+    "split-gpu": ("split", True, None, True),
+    "split-gpu-pieces": ("split", True, 5, False),
+}
+
+
+class Spy:
+    """Counts the kernels ``ctx.launch`` runs."""
+
+    def __init__(self, ctx):
+        self.ctx, self.inner, self.kernels = ctx, ctx.launch, []
+
+    def __enter__(self):
+        def launch(kernel, entry, *args, **kw):
+            self.kernels.append((kernel, entry))
+            return self.inner(kernel, entry, *args, **kw)
+
+        self.ctx.launch = launch
+        return self
+
+    def __exit__(self, *exc):
+        del self.ctx.launch  # the instance attribute: back to the class's method
+
+    def split(self):
+        return [k for k in self.kernels if k[0].startswith("group_norm_split")]
+
+
+@pytest.fixture
+def use_plan(wg):  # noqa: F811
+    """use_plan(label): set the plan (as the tests' module-level settings); restored afterwards."""
+    from numr_web.backends.webgpu import device
+    from numr_web.backends.webgpu import group_norm_launch as gl
+
+    ctx = device.context()
+    saved = ctx.cpu_adapter, gl.PLAN, gl.SPLIT_PIECE_STEPS, gl.INLINE_REDO_STEPS
+
+    def use(label):
+        plan, gpu, piece, inline = PLANS[label]
+        ctx.cpu_adapter = saved[0] and not gpu
+        gl.PLAN, gl.SPLIT_PIECE_STEPS = plan, piece
+        gl.INLINE_REDO_STEPS = saved[3] if inline else 0
+        return ctx
+
+    yield use
+    ctx.cpu_adapter, gl.PLAN, gl.SPLIT_PIECE_STEPS, gl.INLINE_REDO_STEPS = saved
+
+
+def _calls(be, x, dy, w, b, G, act):
+    xd = be.from_numpy(x)
+    wd, bd = be.from_numpy(w), be.from_numpy(b)
+    y, mean, rstd = be.group_norm_forward(xd, wd, bd, G, 1e-5, act, layout="nchw")
+    dx, dw, db = be.group_norm_backward(be.from_numpy(dy), xd, mean, rstd, wd, bd, G, act, layout="nchw")
+    return [be.to_numpy(a) for a in (y, mean, rstd, dx, dw, db)]
+
+
+CASES = [((2, 16, 8, 8), 4, 0.0), ((2, 32, 16, 16), 8, 1e4), ((1, 8, 64, 64), 2, 0.0), ((3, 12, 4, 12), 3, 1e5)]
+
+
+@pytest.mark.parametrize("shape,G,offset", CASES)
+@pytest.mark.parametrize("act", [None, "silu"])
+def test_split_agrees_with_fused_and_the_formula(wg, use_plan, rng, shape, G, offset, act):  # noqa: F811
+    x = (offset + rng.standard_normal(shape)).astype(np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal(shape[1]).astype(np.float32)
+    b = rng.standard_normal(shape[1]).astype(np.float32)
+    ref = [*ref_forward(x, G, w, b, 1e-5, act), *ref_backward(dy, x, G, w, b, 1e-5, act)]
+    tol = [2e-6, 2e-6, 2e-6, 5e-6, 5e-6, 5e-6]
+    out = {}
+    for label in PLANS:
+        ctx = use_plan(label)
+        with Spy(ctx) as spy:
+            got = _calls(wg, x, dy, w, b, G, act)
+            again = _calls(wg, x, dy, w, b, G, act)
+        assert bool(spy.split()) == (label != "fused"), spy.kernels
+        # bitwise repeatable: fixed-order sums, no atomics
+        assert all(a.tobytes() == c.tobytes() for a, c in zip(got, again)), label
+        for i, (a, r, t) in enumerate(zip(got, ref, tol)):
+            r = np.ones_like(r) if i == 2 else r
+            a = a / ref[2] if i == 2 else a
+            assert rel_err(a, r) < t, (label, ["y", "mean", "rstd", "dx", "dw", "db"][i], rel_err(a, r))
+        out[label] = got
+    for label, got in out.items():  # float32 rounding apart from the fused plan
+        for i, (a, f) in enumerate(zip(got, out["fused"])):
+            assert rel_err(a, f.astype(np.float64)) < 2 * tol[i], (label, i)
+
+
+@pytest.mark.parametrize("label", ["split", "split-pieces", "split-gpu-pieces"])
+def test_split_bfloat16_and_float16_storage(wg, use_plan, rng, label):  # noqa: F811
+    use_plan(label)
+    for dtype, (ty, tg) in ((BFLOAT16, (1e-2, 1.5e-2)), (np.float16, (1.5e-3, 2e-3))):
+        x = rng.standard_normal((2, 16, 8, 8)).astype(dtype)
+        dy = rng.standard_normal(x.shape).astype(dtype)
+        w = rng.standard_normal(16).astype(np.float32)
+        b = rng.standard_normal(16).astype(np.float32)
+        y, mean, rstd, dx, dw, db = _calls(wg, x, dy, w, b, 4, "silu")
+        assert y.dtype == dx.dtype == x.dtype
+        yr, mr, rr = ref_forward(x, 4, w, b, 1e-5, "silu")
+        assert rel_err(y, yr) < ty
+        assert rel_err(mean, mr) < 2e-6
+        dxr, dwr, dbr = ref_backward(dy, x, 4, w, b, 1e-5, "silu")
+        assert rel_err(dx, dxr) < tg and rel_err(dw, dwr) < tg and rel_err(db, dbr) < tg
+
+
+@pytest.mark.parametrize("label", ["fused", "split-pieces", "split-gpu"])
+def test_split_in_chunks_past_the_binding_limit(wg, use_plan, rng, label):  # noqa: F811
+    # a small binding limit makes a small input go through the chunked path (whole groups per
+    # binding, 256-byte aligned offsets), as a 128 MiB+ input does on lavapipe
+    ctx = use_plan(label)
+    x = rng.standard_normal((3, 16, 16, 16)).astype(np.float32)
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    w = rng.standard_normal(16).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    saved = ctx.max_binding
+    ctx.max_binding = 12 * 1024  # 4096-byte groups: 2 per chunk
+    try:
+        y, mean, rstd, dx, dw, db = _calls(wg, x, dy, w, b, 4, None)
+    finally:
+        ctx.max_binding = saved
+    yr, mr, rr = ref_forward(x, 4, w, b)
+    dxr, dwr, dbr = ref_backward(dy, x, 4, w, b)
+    assert rel_err(y, yr) < 2e-6 and rel_err(mean, mr) < 2e-6
+    assert rel_err(dx, dxr) < 5e-6 and rel_err(dw, dwr) < 5e-6 and rel_err(db, dbr) < 5e-6
+
+
+def test_plan_from_the_environment(wg, use_plan, rng, monkeypatch):  # noqa: F811
+    from numr_web.backends.webgpu import group_norm_launch as gl
+
+    ctx = use_plan("fused")
+    gl.PLAN = None  # the environment decides, read per call
+    x = wg.from_numpy(rng.standard_normal((2, 8, 4, 4)).astype(np.float32))
+    for env, split in (("split", True), ("fused", False), (" Split ", True)):
+        monkeypatch.setenv("NUMR_WEB_WEBGPU_PLAN", env)
+        with Spy(ctx) as spy:
+            wg.group_norm_forward(x, None, None, 4, 1e-5, None, layout="nchw")
+        assert bool(spy.split()) == split, env
+    monkeypatch.setenv("NUMR_WEB_WEBGPU_PLAN", "fastest")
+    with pytest.raises(ValueError, match="NUMR_WEB_WEBGPU_PLAN"):
+        wg.group_norm_forward(x, None, None, 4, 1e-5, None, layout="nchw")
+    # shapes the split plan does not take run the fused plan even when split is asked for
+    monkeypatch.setenv("NUMR_WEB_WEBGPU_PLAN", "split")
+    odd = wg.from_numpy(rng.standard_normal((2, 8, 3, 3)).astype(np.float32))
+    with Spy(ctx) as spy:
+        y, _, _ = wg.group_norm_forward(odd, None, None, 4, 1e-5, None, layout="nchw")
+    assert not spy.split()
+    assert rel_err(wg.to_numpy(y), ref_forward(wg.to_numpy(odd), 4)[0]) < 2e-6
+
+
+def _fake(shape, G, layout="nchw"):
+    from numr_web.backends.webgpu import group_norm_launch as gl
+
+    return gl.GroupPlan(types.SimpleNamespace(shape=shape, itemsize=4), G, layout)
+
+
+@pytest.mark.parametrize(
+    "shape,cpu,split",
+    [
+        # CPU adapters: split for small groups (measured faster on lavapipe), fused elsewhere
+        ((16, 1280, 8, 8), True, True),
+        ((2, 1280, 16, 16), True, False),
+        ((2, 320, 64, 64), True, False),
+        ((8, 64, 56, 56), True, False),
+        # GPUs: split when N * G workgroups would underfill the device and groups are large
+        ((2, 320, 64, 64), False, True),
+        ((1, 512, 32, 32), False, True),
+        ((16, 1280, 8, 8), False, False),
+        ((32, 320, 64, 64), False, False),
+    ],
+)
+def test_auto_planner(monkeypatch, shape, cpu, split):
+    from numr_web.backends.webgpu import group_norm_launch as gl
+
+    monkeypatch.delenv("NUMR_WEB_WEBGPU_PLAN", raising=False)
+    monkeypatch.setattr(gl, "PLAN", None)
+    ctx = types.SimpleNamespace(cpu_adapter=cpu)
+    assert gl.use_split(_fake(shape, 32), ctx) == split
+    assert not gl.use_split(_fake(shape, 32, "nhwc"), ctx)
+    assert not gl.use_split(_fake(shape[:2] + (3, 3), 32), ctx)
+
+
+def test_split_pieces_stay_within_the_loop_limit():
+    from numr_web.backends.webgpu import group_norm_launch as gl
+
+    for shape, G in (((1, 4, 512, 1024), 1), ((2, 1280, 8, 8), 1), ((1, 2, 2048, 2048), 1), ((16, 1280, 8, 8), 32)):
+        for cpu in (True, False):
+            plan = _fake(shape, G)
+            sp = gl.SplitPlan(plan, cpu)
+            seg = -(-plan.steps // sp.P)
+            assert seg * sp.A <= gl.STEP_CAP and plan.channels_per_group * sp.P <= gl.STEP_CAP
+            assert cpu or sp.interleave
+            assert sp.run <= gl.STEP_CAP
+
+
+def test_split_variants_compile_on_dawn(wg, use_plan, rng, tmp_path):  # noqa: F811
+    # the split kernels' WGSL, every variant these calls make, through Dawn/Tint (stricter than naga)
+    import json
+    import subprocess
+
+    from test_webgpu_dawn import HERE, Recorder, _dawn_env
+
+    node, env = _dawn_env()
+    from numr_web.backends.webgpu import configure, transport_wgpu
+
+    rec = Recorder(transport_wgpu)
+    configure(transport=rec, want_f16=False)
+    try:
+        for label in ("split", "split-gpu-pieces"):
+            use_plan(label)
+            for dtype in (np.float32, np.float16, BFLOAT16):
+                for act in (None, "silu"):
+                    x = rng.standard_normal((2, 16, 8, 8)).astype(dtype)
+                    w = np.ones(16, np.float32)
+                    _calls(wg, x, x, w, w, 4, act)
+                    xd = wg.from_numpy(x)
+                    y, m, r = wg.group_norm_forward(xd, None, None, 4, 1e-5, act, layout="nchw")
+                    wg.group_norm_backward(xd, xd, m, r, None, None, 4, act, layout="nchw")
+    finally:
+        configure()
+    variants = [v for v in rec.variants.values() if "fn piece_total" in v["code"] or "fn apply_run" in v["code"]]
+    assert len(variants) >= 40
+    path = tmp_path / "variants.json"
+    path.write_text(json.dumps(variants))
+    out = subprocess.run(
+        [node, str(HERE / "compile.mjs"), str(path)], capture_output=True, text=True, timeout=300, env=env, cwd=HERE
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["compiled"] == len(variants)
+    assert result["problems"] == [], "\n".join(result["problems"][:20])
