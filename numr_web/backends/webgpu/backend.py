@@ -153,11 +153,13 @@ class WebGPUBackend(Backend):
     # -- kernels -------------------------------------------------------------------------
     @_lost_guard
     def group_norm_forward(self, x, weight, bias, num_groups, eps, activation=None, *, layout):
-        return group_norm_launch.forward(x, weight, bias, num_groups, eps, activation, layout)
+        with x.ctx.batch():  # the call's dispatches go in one submit
+            return group_norm_launch.forward(x, weight, bias, num_groups, eps, activation, layout)
 
     @_lost_guard
     def group_norm_backward(self, dy, x, mean, rstd, weight, bias, num_groups, activation=None, *, layout):
-        return group_norm_launch.backward(dy, x, mean, rstd, weight, bias, num_groups, activation, layout)
+        with x.ctx.batch():
+            return group_norm_launch.backward(dy, x, mean, rstd, weight, bias, num_groups, activation, layout)
 
     # -- generic ---------------------------------------------------------------------------
     @_lost_guard

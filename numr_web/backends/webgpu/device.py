@@ -12,6 +12,7 @@ import sys
 import threading
 import weakref
 from collections import OrderedDict
+from contextlib import contextmanager
 
 from numr_web.backends.webgpu import source
 
@@ -79,6 +80,9 @@ class Context:
         self._bind_groups = OrderedDict()  # (pipeline, (buffer, offset, size)...) ids -> (group, buffers)
         self._bind_keys_of = {}  # id(buffer) -> keys of the bind groups that use it
         self._params = OrderedDict()  # params bytes -> Scratch holding them
+        self._batch_depth = 0  # inside batch(): dispatches are recorded, and submitted on leaving it
+        self._encoding = None
+        self._deferred = []  # buffers released inside batch(): pooled after the submit
         self.lock = threading.RLock()
         # software adapters (lavapipe, SwiftShader) want other work shapes than GPUs
         self.cpu_adapter = str(dev.info.get("adapter_type", "")).lower() == "cpu"
@@ -101,6 +105,11 @@ class Context:
 
     def release(self, buf, size):
         with self.lock:
+            if self._batch_depth:
+                # a recorded, not yet submitted dispatch may use it: a write to it now (a new
+                # array's upload, a parameter block) would land before that dispatch runs
+                self._deferred.append((buf, size))
+                return
             self.live_bytes -= size
             if self.dev.lost:
                 return
@@ -163,8 +172,43 @@ class Context:
         if getattr(self.transport, "dispatch_bound", None) is None:  # a transport without bind groups to keep
             self.transport.dispatch(self.dev, pipe, binds, groups)
             return held
-        self.transport.dispatch_bound(self.dev, pipe, self._bind_group(pipe, binds), groups)
+        group = self._bind_group(pipe, binds)
+        if self._batch_depth and hasattr(self.transport, "encode"):
+            if self._encoding is None:
+                self._encoding = self.transport.encode(self.dev)
+            self.transport.encode_dispatch(self._encoding, pipe, group, groups)
+        else:
+            self.transport.dispatch_bound(self.dev, pipe, group, groups)
         return held
+
+    @contextmanager
+    def batch(self):
+        """Within it, launches are recorded into one compute pass, submitted as one command
+        buffer on leaving (one submit per GroupNorm call instead of one per dispatch); buffers
+        released meanwhile return to the pool after that submit."""
+        with self.lock:
+            self._batch_depth += 1
+        try:
+            yield self
+        finally:
+            with self.lock:
+                self._batch_depth -= 1
+                outer = self._batch_depth == 0
+            if outer:
+                self.flush()
+
+    def flush(self):
+        """Submit what ``batch`` recorded, then pool the buffers released meanwhile."""
+        with self.lock:
+            encoding, self._encoding = self._encoding, None
+        try:
+            if encoding is not None:
+                self.transport.submit_encoded(self.dev, encoding)
+        finally:
+            with self.lock:
+                deferred, self._deferred = self._deferred, []
+            for buf, size in deferred:
+                self.release(buf, size)
 
     def _params_buffer(self, params):
         with self.lock:
@@ -211,9 +255,11 @@ class Context:
                         del self._bind_keys_of[id(b)]
 
     def wait(self):
+        self.flush()
         self.transport.wait(self.dev)
 
     async def wait_async(self):
+        self.flush()
         wait = getattr(self.transport, "wait_async", None)
         if wait is None:  # a transport that only blocks (wgpu-py)
             self.transport.wait(self.dev)

@@ -65,6 +65,15 @@ class Transport(Protocol):
     def dispatch_bound(self, dev: Device, pipeline: Any, bind_group: Any, groups: tuple) -> None:
         """Encode and submit one dispatch of ``groups`` (x, y, z) workgroups with a bind group from ``bind``."""
 
+    def encode(self, dev: Device) -> Any:
+        """A command encoder with an open compute pass, for ``encode_dispatch`` and ``submit_encoded``."""
+
+    def encode_dispatch(self, encoding: Any, pipeline: Any, bind_group: Any, groups: tuple) -> None:
+        """Record a dispatch in ``encoding``; it sees the writes of the dispatches recorded before it."""
+
+    def submit_encoded(self, dev: Device, encoding: Any) -> None:
+        """End the pass and submit everything recorded in ``encoding``, as one command buffer."""
+
     def dispatch(self, dev: Device, pipeline: Any, bindings: list, groups: tuple) -> None:
         """``dispatch_bound`` with a fresh bind group of ``bindings``."""
 

@@ -444,18 +444,40 @@ def bind(dev, pipeline, bindings):
     return dev.device.createBindGroup(_obj({"layout": pipeline.layout, "entries": entries}))
 
 
-def dispatch_bound(dev, pipeline, bind_group, groups):
-    """Encode one compute dispatch with a bind group from ``bind`` and submit it."""
-    from pyodide.ffi import to_js
+class Encoding:
+    """A command encoder with one open compute pass: dispatches recorded to be submitted together."""
 
+    def __init__(self, dev):
+        self.encoder = dev.device.createCommandEncoder()
+        self.compute = self.encoder.beginComputePass()
+
+
+def encode(dev):
     _check(dev)
-    enc = dev.device.createCommandEncoder()
-    cp = enc.beginComputePass()
+    return Encoding(dev)
+
+
+def encode_dispatch(encoding, pipeline, bind_group, groups):
+    """Record one dispatch (WebGPU orders it after the pass's earlier dispatches' writes)."""
+    cp = encoding.compute
     cp.setPipeline(pipeline.pipeline)
     cp.setBindGroup(0, bind_group)
     cp.dispatchWorkgroups(int(groups[0]), int(groups[1]), int(groups[2]))
-    cp.end()
-    dev.queue.submit(to_js([enc.finish()]))
+
+
+def submit_encoded(dev, encoding):
+    from pyodide.ffi import to_js
+
+    _check(dev)
+    encoding.compute.end()
+    dev.queue.submit(to_js([encoding.encoder.finish()]))
+
+
+def dispatch_bound(dev, pipeline, bind_group, groups):
+    """Encode one compute dispatch with a bind group from ``bind`` and submit it."""
+    encoding = encode(dev)
+    encode_dispatch(encoding, pipeline, bind_group, groups)
+    submit_encoded(dev, encoding)
 
 
 def dispatch(dev, pipeline, bindings, groups):

@@ -167,15 +167,36 @@ def bind(dev, pipeline, bindings):
     return dev.device.create_bind_group(layout=pipeline.layout, entries=entries)
 
 
-def dispatch_bound(dev, pipeline, bind_group, groups):
-    """Encode one compute dispatch with a bind group from ``bind`` and submit it."""
-    enc = dev.device.create_command_encoder()
-    cp = enc.begin_compute_pass()
+class Encoding:
+    """A command encoder with one open compute pass: dispatches recorded to be submitted together."""
+
+    def __init__(self, dev):
+        self.encoder = dev.device.create_command_encoder()
+        self.compute = self.encoder.begin_compute_pass()
+
+
+def encode(dev):
+    return Encoding(dev)
+
+
+def encode_dispatch(encoding, pipeline, bind_group, groups):
+    """Record one dispatch (WebGPU orders it after the pass's earlier dispatches' writes)."""
+    cp = encoding.compute
     cp.set_pipeline(pipeline.pipeline)
     cp.set_bind_group(0, bind_group)
     cp.dispatch_workgroups(int(groups[0]), int(groups[1]), int(groups[2]))
-    cp.end()
-    dev.queue.submit([enc.finish()])
+
+
+def submit_encoded(dev, encoding):
+    encoding.compute.end()
+    dev.queue.submit([encoding.encoder.finish()])
+
+
+def dispatch_bound(dev, pipeline, bind_group, groups):
+    """Encode one compute dispatch with a bind group from ``bind`` and submit it."""
+    encoding = encode(dev)
+    encode_dispatch(encoding, pipeline, bind_group, groups)
+    submit_encoded(dev, encoding)
 
 
 def dispatch(dev, pipeline, bindings, groups):
