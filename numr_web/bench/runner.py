@@ -171,7 +171,7 @@ def run_bench(args) -> int:
         print(f"\nranges over the {len(runs)} runs (the table above is the first):")
         print(_ranges_table(ranges))
     copy_name = ", ".join(sorted({row["copy_variant"] for rows in runs for row in rows}))
-    fastest_of = ", ".join(cases[0]["copies"])
+    fastest_of = ", ".join(cases[0]["copy_names"].values())
     yard = f"copy yardstick: {copy_name}" + (
         f" (the fastest of {fastest_of} per shape)" if len(cases[0]["copies"]) > 1 else ""
     )
@@ -203,7 +203,7 @@ def run_bench(args) -> int:
 PLAN_ENV = "NUMR_WEB_WEBGPU_PLAN"
 
 
-def _prepare(shape, args, be, device, dt, torch_side, rng, timing):
+def _prepare(shape, args, be, device, dt, torch_side, rng, timing=None):
     """Arrays, the timed callables and their sample sizes for one bench shape."""
     import numr_web
 
@@ -220,8 +220,14 @@ def _prepare(shape, args, be, device, dt, torch_side, rng, timing):
     X, DY, W, B = (numr_web.to_device(a, device) for a in (x, dy, w, b))
     _, mean, rstd = numr_web.ops.group_norm_forward(X, W, B, groups, 1e-5)
 
+    timing = timing or default_timing(device)
     timer = timer_for(be, timing)
     copies = copy_candidates(be, X)
+    if len(copies) == 1:  # the CPU's and CUDA's one copy: timed as "copy"
+        copy_names = {"copy": next(iter(copies))}
+        copies = {"copy": next(iter(copies.values()))}
+    else:
+        copy_names = {k: k for k in copies}
     fns = {
         "fwd": lambda: numr_web.ops.group_norm_forward(X, W, B, groups, 1e-5),
         "bwd": lambda: numr_web.ops.group_norm_backward(DY, X, mean, rstd, W, groups),
@@ -240,6 +246,7 @@ def _prepare(shape, args, be, device, dt, torch_side, rng, timing):
         "per_sample": per_sample,
         "settle": settle,
         "copies": list(copies),
+        "copy_names": copy_names,
         "timing": timing,
     }
 
@@ -249,8 +256,10 @@ def _measure(case, repeat, args, be, device, torch_side):
     samples = run_rounds(case["fns"], case["timers"], case["per_sample"], case["settle"], repeat)
     med = {k: statistics.median(v) for k, v in samples.items()}
     copies = case["copies"]
-    yard = min(copies, key=lambda k: med[k])  # the fastest copy (lowest median) is the yardstick
-    samples["copy"], med["copy"] = samples[yard], med[yard]
+    key = min(copies, key=lambda k: med[k])  # the fastest copy (lowest median) is the yardstick
+    samples["copy"], med["copy"] = samples[key], med[key]
+    names = case["copy_names"]
+    yard = names[key]
     nbytes = case["nbytes"]
     row = {
         "shape": list(case["dims"]),
@@ -267,7 +276,7 @@ def _measure(case, repeat, args, be, device, torch_side):
         "copy_gbps": 2 * nbytes / med["copy"] / 1e9,
         "timing": case["timing"],
         "copy_variant": yard,
-        "copy_variants_ms": {k: med[k] * 1e3 for k in copies},
+        "copy_variants_ms": {names[k]: med[k] * 1e3 for k in copies},
         # bytes moved at the least (the ratios are of bytes per second): the copy moves x's bytes
         # (read and written once), so for 16-bit dtypes it is a copy of the same number of bytes
         "x_bytes": nbytes,
@@ -275,7 +284,7 @@ def _measure(case, repeat, args, be, device, torch_side):
         "bwd_bytes": 3 * nbytes,
         "copy_bytes": 2 * nbytes,
         "yardstick": (
-            f"{yard}: the fastest of {', '.join(copies)} (same adapter, lowest median), copying x's "
+            f"{yard}: the fastest of {', '.join(names[k] for k in copies)} (same adapter, lowest median), copying x's "
             f"{nbytes} bytes ({args.dtype}), timed {case['timing']} like the op"
             if len(copies) > 1
             else f"{yard} of x's {nbytes} bytes ({args.dtype})"
