@@ -264,9 +264,10 @@ def test_bench_table_prints_one_table_per_adapter(tmp_path):
         "3 runs, timing end-to-end, yardstick copy_ranges, `numr-web bench --backend webgpu --dtype float32`" in lava[0]
     )
     assert "timing device (4 calls per wait" in lava[2] and "yardstick copy_vec4 (the faster of" in lava[2], lava[2]
-    browser_notes = [n for n in notes if "webgpu-browser" in n]
-    assert len(browser_notes) == 2 and "medians of 7 rounds, timing end-to-end" in browser_notes[0], browser_notes
-    assert "yardstick copy_grid at 1 shape, copy_vec4 at 1 shape" in browser_notes[0], browser_notes
+    (browser_note,) = [n for n in notes if "webgpu-browser" in n]  # one per file, the yardstick per row
+    assert "medians of 7 rounds, timing end-to-end, `scripts/browser-bench`" in browser_note, browser_note
+    which = "NCHW, float32: copy_grid at 1 shape, copy_vec4 at 1 shape; channels-last, bfloat16: copy_grid"
+    assert browser_note.endswith("; yardstick: " + which), browser_note
 
 
 def test_bench_table_refuses_a_folder_without_rows(tmp_path):
