@@ -622,7 +622,7 @@ def test_browser_bench_runs(wheel):
     assert [r["dtype"] for r in report["rows"]] == ["float32", "bfloat16"]
     for row in report["rows"]:
         assert row["shape"] == [1, 64, 16, 16] and row["groups"] == 8 and row["layout"] == "nchw"
-        assert row["timing"] == "end-to-end", row
+        assert row["timing"] == "end-to-end" and row["webgpu_plan"] == "auto", row
         assert set(row["copy_variants_ms"]) == {"copy_vec4", "copy_ranges", "copy_grid"}, row
         ms = row["copy_variants_ms"]
         assert row["copy_variant"] == min(ms, key=ms.get) and row["copy_ms"] == ms[row["copy_variant"]] > 0, row

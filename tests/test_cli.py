@@ -92,6 +92,7 @@ def test_bench_webgpu_rows_name_the_fastest_copy_and_the_timing(tmp_path, dtype,
     expected = timing or "end-to-end"
     assert doc["timing"] == expected and doc["dtype"] == dtype and doc["layout"] == "nhwc", doc
     assert doc["adapter"] and doc["command"].startswith("numr-web bench --backend webgpu"), doc
+    assert doc["webgpu_plan"] == "auto", doc
     (row,) = doc["rows"]
     itemsize = 4 if dtype == "float32" else 2
     assert row["timing"] == expected and row["dtype"] == dtype and row["webgpu_plan"] == "auto", row
@@ -106,6 +107,19 @@ def test_bench_webgpu_rows_name_the_fastest_copy_and_the_timing(tmp_path, dtype,
     # the GB/s figures count those bytes
     assert abs(row["copy_gbps"] - row["copy_bytes"] / row["copy_ms"] / 1e6) < 1e-9 * row["copy_gbps"] + 1e-12
     assert f"timing {expected}" in out.stdout and f"copy yardstick: {row['copy_variant']}" in out.stdout
+
+
+def test_bench_webgpu_refuses_a_bad_plan_in_one_line():
+    from conftest import require_target
+
+    require_target("webgpu")
+    env = dict(os.environ, NUMR_WEB_WEBGPU_PLAN="bogus")
+    argv = [sys.executable, "-m", "numr_web.cli", "bench", "--backend", "webgpu", "--shapes", "1,8,4,4,2"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 2, out.stdout + out.stderr
+    errors = [ln for ln in out.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and "NUMR_WEB_WEBGPU_PLAN='bogus'" in errors[0], out.stderr
+    assert "Traceback" not in out.stderr and "|" not in out.stdout  # nothing timed
 
 
 def test_end_to_end_timer_reads_back_after_every_call():

@@ -117,7 +117,8 @@ def run_bench(args) -> int:
     elif device == "webgpu":
         info = be.info()
         adapter = ", ".join(str(info[k]) for k in ("adapter", "backend", "adapter type") if info.get(k))
-        label = f"webgpu ({adapter}; NUMR_WEB_WEBGPU_PLAN={os.environ.get(PLAN_ENV) or 'unset'})"
+        plan = webgpu_plan()
+        label = f"webgpu ({adapter}; work plan {plan}, {PLAN_ENV}={os.environ.get(PLAN_ENV) or 'unset'})"
     header = [
         f"numr_web {numr_web.__version__} bench: backend {label}, {args.dtype}, {args.layout}, "
         f"timing {timing}, "
@@ -184,6 +185,7 @@ def run_bench(args) -> int:
             "time": time.strftime("%Y-%m-%d %H:%M:%S"),
             "backend": device,
             "adapter": adapter,
+            "webgpu_plan": webgpu_plan() if device == "webgpu" else None,
             "dtype": args.dtype,
             "layout": args.layout,
             "timing": timing,
@@ -201,6 +203,17 @@ def run_bench(args) -> int:
 
 #: the environment variable choosing the WebGPU GroupNorm work plan (recorded in the rows)
 PLAN_ENV = "NUMR_WEB_WEBGPU_PLAN"
+
+
+def webgpu_plan():
+    """The WebGPU GroupNorm work plan the calls ask for ("auto", "fused" or "split": ``PLAN_ENV``
+    or ``group_norm_launch.PLAN``; ValueError for a bad value); the variable's raw value where
+    the backend has no ``plan_name``."""
+    try:
+        from numr_web.backends.webgpu.group_norm_launch import plan_name
+    except ImportError:
+        return os.environ.get(PLAN_ENV) or None
+    return plan_name()
 
 
 def _prepare(shape, args, be, device, dt, torch_side, rng, timing=None):
@@ -291,7 +304,7 @@ def _measure(case, repeat, args, be, device, torch_side):
         ),
     }
     if device == "webgpu":
-        row["webgpu_plan"] = os.environ.get(PLAN_ENV) or None
+        row["webgpu_plan"] = webgpu_plan()
     # fraction of the copy's throughput (bytes per second), per round: forward moves 2 x-sizes
     # of bytes, backward 3, the copy 2
     row["fwd_of_copy"] = median_throughput_ratio(samples, "fwd", row["fwd_bytes"], "copy", row["copy_bytes"])
