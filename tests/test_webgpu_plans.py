@@ -180,6 +180,10 @@ def _fake(shape, G, layout="nchw"):
         ((2, 1280, 16, 16), True, False),
         ((2, 320, 64, 64), True, False),
         ((8, 64, 56, 56), True, False),
+        ((32, 64, 8, 8), True, True),
+        ((4, 320, 16, 16), True, True),
+        ((8, 256, 8, 8), True, False),
+        ((2, 32, 8, 8), True, False),
         # GPUs: split when N * G workgroups would underfill the device and groups are large
         ((2, 320, 64, 64), False, True),
         ((1, 512, 32, 32), False, True),

@@ -182,8 +182,16 @@ INLINE_REDO_STEPS = STEP_CAP // 2
 GPU_SPLIT_BELOW_GROUPS = 256
 GPU_SPLIT_MIN_GROUP = 16384
 #: auto on CPU adapters (lavapipe, SwiftShader): split for groups of at most this many elements
-#: (small groups pay the fused plan's per-group fixed costs; measured, see docs/webgpu.md).
+#: (small groups pay the fused plan's per-group fixed costs) when there are many groups or much
+#: data (the split plan's extra dispatches cost about 0.3 ms each on lavapipe); measured on
+#: lavapipe, see docs/webgpu.md.  Larger groups read x twice from memory under split but once
+#: (the second sweep from cache) under fused.
 CPU_SPLIT_MAX_GROUP = 4096
+CPU_SPLIT_MIN_GROUPS = 512
+CPU_SPLIT_MIN_ELEMENTS = 1 << 18
+#: the split plan on CPU adapters: vec4 steps a thread walks in a pass, threads per workgroup
+CPU_PIECE_STEPS = 1024
+CPU_SPLIT_WG = 16
 
 
 def plan_name() -> str:
@@ -202,7 +210,8 @@ def use_split(plan: GroupPlan, ctx, backward: bool = False) -> bool:
     if name != "auto":
         return name == "split"
     if ctx.cpu_adapter:
-        return plan.M <= CPU_SPLIT_MAX_GROUP
+        many = plan.N * plan.G >= CPU_SPLIT_MIN_GROUPS or plan.N * plan.G * plan.M >= CPU_SPLIT_MIN_ELEMENTS
+        return plan.M <= CPU_SPLIT_MAX_GROUP and many
     return plan.N * plan.G < GPU_SPLIT_BELOW_GROUPS and plan.M >= GPU_SPLIT_MIN_GROUP
 
 
@@ -220,7 +229,7 @@ class SplitPlan:
     def __init__(self, plan: GroupPlan, cpu_adapter: bool, wg: int = WG):
         self.plan = plan
         self.interleave = not cpu_adapter
-        target = 1024 if cpu_adapter else 16
+        target = CPU_PIECE_STEPS if cpu_adapter else 16
         # enough threads for every core: about 8 per core of a 16-core host; a GPU's many more
         rows = plan.N * plan.C
         want_threads = 128 if cpu_adapter else 1 << 16
@@ -235,7 +244,7 @@ class SplitPlan:
         self.P = P
         self.A = max(1, min(max(target, seg) // seg, STEP_CAP // (2 * seg)))
         self.run = max(1, min(target, STEP_CAP // 2))
-        self.wg = wg if not cpu_adapter else 16
+        self.wg = wg if not cpu_adapter else CPU_SPLIT_WG
         if seg * self.A > STEP_CAP or plan.channels_per_group * P > STEP_CAP:
             raise ValueError(
                 f"x: a group of {plan.channels_per_group} rows x {plan.steps} steps cannot be split within the "
