@@ -200,6 +200,9 @@ def test_auto_planner(monkeypatch, shape, cpu, split):
     assert gl.use_split(_fake(shape, 32), ctx) == split
     assert not gl.use_split(_fake(shape, 32, "nhwc"), ctx)
     assert not gl.use_split(_fake(shape[:2] + (3, 3), 32), ctx)
+    monkeypatch.setattr(gl, "PLAN", "split")
+    assert gl.use_split(_fake(shape, 32), ctx)
+    assert not gl.use_split(_fake((1, 16384, 2, 2), 1), ctx)  # a group of more rows than one thread may walk
 
 
 def test_split_pieces_stay_within_the_loop_limit():

@@ -203,16 +203,27 @@ def plan_name() -> str:
 
 
 def use_split(plan: GroupPlan, ctx, backward: bool = False) -> bool:
-    """Whether this call runs the split plan (only NCHW rows of HW % 4 == 0 can)."""
+    """Whether this call runs the split plan (only NCHW rows of HW % 4 == 0 can, and only groups
+    whose pieces fit the loop limit: others run the fused plan whatever was asked)."""
     if plan.nhwc or plan.vec != 4 or plan.N * plan.G == 0 or plan.M == 0:
+        return False
+    if plan.channels_per_group > STEP_CAP // 2:  # the combine thread walks every row of its group
         return False
     name = plan_name()
     if name != "auto":
-        return name == "split"
-    if ctx.cpu_adapter:
+        want = name == "split"
+    elif ctx.cpu_adapter:
         many = plan.N * plan.G >= CPU_SPLIT_MIN_GROUPS or plan.N * plan.G * plan.M >= CPU_SPLIT_MIN_ELEMENTS
-        return plan.M <= CPU_SPLIT_MAX_GROUP and many
-    return plan.N * plan.G < GPU_SPLIT_BELOW_GROUPS and plan.M >= GPU_SPLIT_MIN_GROUP
+        want = plan.M <= CPU_SPLIT_MAX_GROUP and many
+    else:
+        want = plan.N * plan.G < GPU_SPLIT_BELOW_GROUPS and plan.M >= GPU_SPLIT_MIN_GROUP
+    if not want:
+        return False
+    try:  # pieces within the loop limit (huge groups may not have them: they run fused)
+        SplitPlan(plan, ctx.cpu_adapter)
+    except ValueError:
+        return False
+    return True
 
 
 class SplitPlan:
