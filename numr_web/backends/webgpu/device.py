@@ -220,7 +220,7 @@ class Context:
         self.transport.write_buffer(self.dev, held.buffer, 0, params)
         with self.lock:
             self._params[params] = held
-            if len(self._params) > _PARAMS_KEPT:
+            while len(self._params) > _PARAMS_KEPT:
                 self._params.popitem(last=False)  # back to the pool once no kept bind group needs it
         return held
 
@@ -238,7 +238,7 @@ class Context:
             self._bind_groups[key] = (group, buffers, pipe)
             for b in buffers:
                 self._bind_keys_of.setdefault(id(b), set()).add(key)
-            if len(self._bind_groups) > _BIND_GROUPS_KEPT:
+            while len(self._bind_groups) > _BIND_GROUPS_KEPT:
                 self._forget_bind_group(next(iter(self._bind_groups)))
         return group
 
