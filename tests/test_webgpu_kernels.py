@@ -139,20 +139,25 @@ def test_large_offset_stays_at_float32_floor(wg, work_shapes, rng, layout, offse
     assert rel_err(r["dw"], dw) < 1e-5
 
 
-def test_outlier_first_element_triggers_the_recentred_pass(wg, work_shapes, rng):
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_outlier_first_element_triggers_the_recentred_pass(wg, work_shapes, rng, layout):
     # The shift is the group's first element: make it a far outlier so (s1/M)^2 > 8 var.
     x = rng.standard_normal((2, 8, 8, 8)).astype(np.float32)
     x[:, :, 0, 0] = 3e3
-    y, mean, rstd = forward(wg, wg.from_numpy(x), None, None, 4, 1e-5)
+    lay = nhwc if layout == "nhwc" else np.asarray
+    y, mean, rstd = forward(wg, wg.from_numpy(lay(x)), None, None, 4, 1e-5)
     yr, mr, rr = ref_forward(x, 4)
     assert rel_err(wg.to_numpy(y), yr) < 2e-6
     assert rel_err(wg.to_numpy(rstd) / rr, np.ones_like(rr)) < 2e-6
 
 
-def test_float16_near_300_does_not_overflow(f16_mode, work_shapes, rng):
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_float16_near_300_does_not_overflow(f16_mode, work_shapes, rng, layout):
     from numr_web.backends.webgpu import BACKEND
 
     x = (300 + 30 * rng.standard_normal((2, 16, 8, 8))).astype(np.float16)
+    if layout == "nhwc":
+        x = nhwc(x)
     y, mean, rstd = forward(BACKEND, BACKEND.from_numpy(x), None, None, 4, 1e-5)
     y = BACKEND.to_numpy(y)
     assert np.all(np.isfinite(y))
@@ -161,8 +166,11 @@ def test_float16_near_300_does_not_overflow(f16_mode, work_shapes, rng):
     assert rel_err(BACKEND.to_numpy(rstd) / rr, np.ones_like(rr)) < 2e-6
 
 
-def test_huge_values_rescale_instead_of_overflowing(wg, work_shapes, rng):
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_huge_values_rescale_instead_of_overflowing(wg, work_shapes, rng, layout):
     x = (rng.standard_normal((1, 4, 8, 8)) * 1e25).astype(np.float32)
+    if layout == "nhwc":
+        x = nhwc(x)
     y, mean, rstd = forward(wg, wg.from_numpy(x), None, None, 2, 1e-5)
     yr, mr, rr = ref_forward(x, 2)
     assert rel_err(wg.to_numpy(y), yr) < 2e-6
@@ -189,9 +197,12 @@ def test_nan_stays_in_its_group(wg, work_shapes, rng, layout, shape):
     assert np.all(np.isfinite(dxg[~bad]))
 
 
-@pytest.mark.parametrize("shape", [(2, 4, 3, 3), (2, 4, 4, 4)])
-def test_variance_is_clamped_for_constant_groups(wg, work_shapes, shape):
+@pytest.mark.parametrize("shape", [(2, 4, 3, 3), (2, 4, 4, 4), (2, 8, 3, 3)])
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_variance_is_clamped_for_constant_groups(wg, work_shapes, shape, layout):
     x = np.full(shape, 7.25, np.float32)
+    if layout == "nhwc":
+        x = nhwc(x)
     y, mean, rstd = forward(wg, wg.from_numpy(x), None, None, 2, 1e-5)
     np.testing.assert_array_equal(wg.to_numpy(y), 0.0)
     np.testing.assert_allclose(wg.to_numpy(rstd), 1 / np.sqrt(1e-5), rtol=1e-6)
@@ -222,10 +233,12 @@ def test_dy_in_another_layout_than_x(wg, rng):
     assert rel_err(wg.to_numpy(dx), ref_backward(dy, x, 4)[0]) < 5e-6
 
 
-def test_results_are_deterministic(wg, work_shapes, rng):
-    x = wg.from_numpy(rng.standard_normal((4, 32, 16, 16)).astype(np.float32))
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_results_are_deterministic(wg, work_shapes, rng, layout):
+    lay = nhwc if layout == "nhwc" else np.asarray
+    x = wg.from_numpy(lay(rng.standard_normal((4, 32, 16, 16)).astype(np.float32)))
     w = wg.from_numpy(rng.standard_normal(32).astype(np.float32))
-    dy = wg.from_numpy(rng.standard_normal((4, 32, 16, 16)).astype(np.float32))
+    dy = wg.from_numpy(lay(rng.standard_normal((4, 32, 16, 16)).astype(np.float32)))
     runs = []
     for _ in range(3):
         y, m, r = forward(wg, x, w, w, 8, 1e-5)

@@ -11,7 +11,7 @@ import pytest
 from oracle import backward as ref_backward
 from oracle import forward as ref_forward
 from oracle import rel_err
-from webgpu_support import wg  # noqa: F401  (fixture)
+from webgpu_support import nhwc, wg  # noqa: F401  (fixture)
 
 from numr_web.dtypes import BFLOAT16
 
@@ -198,11 +198,17 @@ def test_auto_planner(monkeypatch, shape, cpu, split):
     monkeypatch.setattr(gl, "PLAN", None)
     ctx = types.SimpleNamespace(cpu_adapter=cpu)
     assert gl.use_split(_fake(shape, 32), ctx) == split
-    assert not gl.use_split(_fake(shape, 32, "nhwc"), ctx)
+    # channels-last (C % 4 == 0): split on every adapter (lavapipe: 1.5 to 3 times the fused plan)
+    assert gl.use_split(_fake(shape, 32, "nhwc"), ctx)
+    assert not gl.use_split(_fake((2, 34, 8, 8), 2, "nhwc"), ctx)  # C % 4 != 0: the scalar fused kernel
     assert not gl.use_split(_fake(shape[:2] + (3, 3), 32), ctx)
     monkeypatch.setattr(gl, "PLAN", "split")
     assert gl.use_split(_fake(shape, 32), ctx)
     assert not gl.use_split(_fake((1, 16384, 2, 2), 1), ctx)  # a group of more rows than one thread may walk
+    # channels-last groups whose channels x tiles the combine thread could not walk run fused
+    assert not gl.use_split(_fake((1, 16384, 64, 64), 1, "nhwc"), ctx)
+    monkeypatch.setattr(gl, "PLAN", "fused")
+    assert not gl.use_split(_fake(shape, 32, "nhwc"), ctx)
 
 
 def test_split_pieces_stay_within_the_loop_limit():
@@ -241,10 +247,22 @@ def test_split_variants_compile_on_dawn(wg, use_plan, rng, tmp_path):  # noqa: F
                     xd = wg.from_numpy(x)
                     y, m, r = wg.group_norm_forward(xd, None, None, 4, 1e-5, act, layout="nchw")
                     wg.group_norm_backward(xd, xd, m, r, None, None, 4, act, layout="nchw")
+                    # channels-last: 4, 2 and 1 quads per thread (C = 16, 24, 12), with and without affine
+                    for C in (16, 24, 12):
+                        xn = rng.standard_normal((2, C, 3, 5)).astype(dtype)
+                        _calls_nhwc(wg, xn, xn, np.ones(C, np.float32), np.ones(C, np.float32), 4, act)
+                        xd = wg.from_numpy(nhwc(xn))
+                        y, m, r = wg.group_norm_forward(xd, None, None, 4, 1e-5, act, layout="nhwc")
+                        wg.group_norm_backward(xd, xd, m, r, None, None, 4, act, layout="nhwc")
+        use_plan("split-pieces")  # the FIX passes
+        xn = rng.standard_normal((2, 16, 3, 5)).astype(np.float32)
+        wg.group_norm_forward(wg.from_numpy(nhwc(xn)), None, None, 4, 1e-5, None, layout="nhwc")
     finally:
         configure()
-    variants = [v for v in rec.variants.values() if "fn piece_total" in v["code"] or "fn apply_run" in v["code"]]
+    keys = ("fn piece_total", "fn apply_run", "fn cut_of")
+    variants = [v for v in rec.variants.values() if any(k in v["code"] for k in keys)]
     assert len(variants) >= 40
+    assert sum("fn cut_of" in v["code"] for v in variants) >= 60
     path = tmp_path / "variants.json"
     path.write_text(json.dumps(variants))
     out = subprocess.run(
@@ -254,3 +272,130 @@ def test_split_variants_compile_on_dawn(wg, use_plan, rng, tmp_path):  # noqa: F
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["compiled"] == len(variants)
     assert result["problems"] == [], "\n".join(result["problems"][:20])
+
+
+# ---- channels-last: the split plan of group_norm_split_nhwc*.wgsl ----------------------------
+
+
+def _calls_nhwc(be, x, dy, w, b, G, act):
+    """Forward and backward on channels-last copies of x and dy (NCHW-shaped numpy inputs)."""
+    xd = be.from_numpy(nhwc(x))
+    wd, bd = be.from_numpy(w), be.from_numpy(b)
+    y, mean, rstd = be.group_norm_forward(xd, wd, bd, G, 1e-5, act, layout="nhwc")
+    dx, dw, db = be.group_norm_backward(be.from_numpy(nhwc(dy)), xd, mean, rstd, wd, bd, G, act, layout="nhwc")
+    assert y.strides == dx.strides == xd.strides
+    return [be.to_numpy(a) for a in (y, mean, rstd, dx, dw, db)]
+
+
+def _nhwc_kernels(spy):
+    return {k for k in spy.kernels if k[0].startswith("group_norm_split_nhwc")}
+
+
+#: (shape, G, offset): 4 quads a thread (C = 16, 32), 2 (C = 24: Q = 6), 1 (C = 12), groups of
+#: 2 channels (quads spanning two groups), 8 and 6 (a quad shared by groups), odd spatial sizes
+NHWC_CASES = [
+    ((2, 16, 8, 8), 4, 0.0),
+    ((2, 32, 16, 16), 8, 1e4),
+    ((3, 24, 5, 7), 3, 1e5),
+    ((2, 12, 6, 6), 6, 0.0),
+    ((2, 24, 3, 5), 4, 1e4),
+]
+NHWC_ENTRIES = {
+    ("group_norm_split_nhwc.wgsl", "partials"),
+    ("group_norm_split_nhwc.wgsl", "combine"),
+    ("group_norm_split_nhwc.wgsl", "apply"),
+    ("group_norm_split_nhwc_backward.wgsl", "partials"),
+    ("group_norm_split_nhwc_backward.wgsl", "combine"),
+    ("group_norm_split_nhwc_backward.wgsl", "dx"),
+}
+
+
+@pytest.mark.parametrize("shape,G,offset", NHWC_CASES)
+@pytest.mark.parametrize("act", [None, "silu"])
+def test_nhwc_split_agrees_with_fused_and_the_formula(wg, use_plan, rng, shape, G, offset, act):  # noqa: F811
+    x = (offset + rng.standard_normal(shape)).astype(np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal(shape[1]).astype(np.float32)
+    b = rng.standard_normal(shape[1]).astype(np.float32)
+    ref = [*ref_forward(x, G, w, b, 1e-5, act), *ref_backward(dy, x, G, w, b, 1e-5, act)]
+    ref[0], ref[3] = nhwc(ref[0]), nhwc(ref[3])
+    tol = [2e-6, 2e-6, 2e-6, 5e-6, 5e-6, 5e-6]
+    out = {}
+    for label in PLANS:
+        ctx = use_plan(label)
+        with Spy(ctx) as spy:
+            got = _calls_nhwc(wg, x, dy, w, b, G, act)
+            again = _calls_nhwc(wg, x, dy, w, b, G, act)
+        # the new kernels ran (all six entry points), and only under the split plans
+        assert _nhwc_kernels(spy) == (set() if label == "fused" else NHWC_ENTRIES), spy.kernels
+        assert all(a.tobytes() == c.tobytes() for a, c in zip(got, again)), label  # bitwise repeatable
+        for i, (a, r, t) in enumerate(zip(got, ref, tol)):
+            r = np.ones_like(r) if i == 2 else r
+            a = a / ref[2] if i == 2 else a
+            assert rel_err(a, r) < t, (label, ["y", "mean", "rstd", "dx", "dw", "db"][i], rel_err(a, r))
+        out[label] = got
+    for label, got in out.items():
+        for i, (a, f) in enumerate(zip(got, out["fused"])):
+            assert rel_err(a, f.astype(np.float64)) < 2 * tol[i], (label, i)
+
+
+@pytest.mark.parametrize("label", ["split", "split-pieces", "split-gpu-pieces"])
+def test_nhwc_split_bfloat16_and_float16_storage(wg, use_plan, rng, label):  # noqa: F811
+    ctx = use_plan(label)
+    for dtype, (ty, tg) in ((BFLOAT16, (1e-2, 1.5e-2)), (np.float16, (1.5e-3, 2e-3))):
+        x = rng.standard_normal((2, 24, 6, 6)).astype(dtype)
+        dy = rng.standard_normal(x.shape).astype(dtype)
+        w = rng.standard_normal(24).astype(np.float32)
+        b = rng.standard_normal(24).astype(np.float32)
+        with Spy(ctx) as spy:
+            y, mean, rstd, dx, dw, db = _calls_nhwc(wg, x, dy, w, b, 4, "silu")
+        assert _nhwc_kernels(spy) == NHWC_ENTRIES
+        assert y.dtype == dx.dtype == x.dtype
+        yr, mr, rr = ref_forward(x, 4, w, b, 1e-5, "silu")
+        assert rel_err(y, nhwc(yr)) < ty
+        assert rel_err(mean, mr) < 2e-6
+        dxr, dwr, dbr = ref_backward(dy, x, 4, w, b, 1e-5, "silu")
+        assert rel_err(dx, nhwc(dxr)) < tg and rel_err(dw, dwr) < tg and rel_err(db, dbr) < tg
+
+
+@pytest.mark.parametrize("label", ["split", "split-pieces", "split-gpu"])
+@pytest.mark.parametrize("dtype", [np.float32, BFLOAT16])
+def test_nhwc_split_in_chunks_past_the_binding_limit(wg, use_plan, rng, label, dtype):  # noqa: F811
+    # a small binding limit: chunks of whole samples at 256-byte aligned offsets (x_base != 0)
+    ctx = use_plan(label)
+    x = (3.0 + rng.standard_normal((5, 24, 10, 10))).astype(dtype)
+    dy = rng.standard_normal(x.shape).astype(dtype)
+    w = rng.standard_normal(24).astype(np.float32)
+    b = rng.standard_normal(24).astype(np.float32)
+    saved = ctx.max_binding
+    ctx.max_binding = 16 * 1024  # 9600-byte float32 samples: one per chunk (bfloat16: up to 3)
+    try:
+        with Spy(ctx) as spy:
+            y, mean, rstd, dx, dw, db = _calls_nhwc(wg, x, dy, w, b, 4, "silu")
+    finally:
+        ctx.max_binding = saved
+    calls = [k for k in spy.kernels if k == ("group_norm_split_nhwc.wgsl", "apply")]
+    assert len(calls) >= 2  # chunked
+    ty, tg = (2e-6, 5e-6) if dtype == np.float32 else (1e-2, 1.5e-2)
+    yr, mr, rr = ref_forward(x, 4, w, b, 1e-5, "silu")
+    dxr, dwr, dbr = ref_backward(dy, x, 4, w, b, 1e-5, "silu")
+    assert rel_err(y, nhwc(yr)) < ty and rel_err(mean, mr) < 2e-6
+    assert rel_err(dx, nhwc(dxr)) < tg and rel_err(dw, dwr) < tg and rel_err(db, dbr) < tg
+
+
+@pytest.mark.parametrize("label", ["split", "split-pieces"])
+def test_nhwc_split_second_sums(wg, use_plan, rng, label):  # noqa: F811
+    # outlier first elements (poor shift) and huge values (overflow rescale), in the combine
+    # thread (split) and in the FIX passes (split-pieces), next to ordinary groups
+    ctx = use_plan(label)
+    x = rng.standard_normal((2, 16, 6, 6)).astype(np.float32)
+    x[:, 0:4, 0, 0] = 3e3  # group 0's first element
+    x[1, 8:12] *= 1e25  # group (1, 2)
+    with Spy(ctx) as spy:
+        y, mean, rstd = wg.group_norm_forward(wg.from_numpy(nhwc(x)), None, None, 4, 1e-5, None, layout="nhwc")
+    fix = [k for k in spy.kernels if k == ("group_norm_split_nhwc.wgsl", "partials")]
+    assert len(fix) == (1 if label == "split" else 2)
+    yr, mr, rr = ref_forward(x, 4)
+    assert rel_err(wg.to_numpy(y), nhwc(yr)) < 2e-6
+    assert rel_err(wg.to_numpy(mean), mr) < 2e-6
+    assert rel_err(wg.to_numpy(rstd) / rr, np.ones_like(rr)) < 2e-6

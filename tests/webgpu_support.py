@@ -58,9 +58,11 @@ def work_shapes(request):
     split plan (partials, combine, apply passes: group_norm_split*.wgsl) as planned for this
     adapter and with pieces of at most 3 vec4 steps (many pieces per group, so the combine of
     pieces from many threads and workgroups runs even on tiny shapes), contiguous (CPU
-    adapters) and interleaved (GPUs), with second sums in the FIX passes.  Shapes the split
-    plan does not take (channels-last, rows not a multiple of 4) run the fused plan under
-    every param."""
+    adapters) and interleaved (GPUs), with second sums in the FIX passes.  Channels-last with
+    C % 4 == 0 runs its own split plan (group_norm_split_nhwc*.wgsl) under the split params
+    (pieces: tiles of at most 3 positions; GPU planner: one quad per thread).  Shapes no split
+    plan takes (NCHW rows not a multiple of 4, channels-last C % 4 != 0) run the fused plan
+    under every param."""
     require_target("webgpu")
     from numr_web.backends.webgpu import device, group_norm_launch
 

@@ -202,10 +202,28 @@ def plan_name() -> str:
     return name
 
 
+def _use_split_nhwc(plan: GroupPlan, ctx) -> bool:
+    """Channels-last (C % 4 == 0: whole channel quads per row): ``auto`` splits on every adapter.
+    lavapipe: 1.5 to 3 times the fused plan's throughput on the bench shapes, forward and
+    backward (docs/webgpu.md); GPUs: one quad per thread, neighbours reading neighbouring
+    16 bytes, every group spread over many workgroups (not measured on a GPU here)."""
+    if plan.C % 4 or plan_name() == "fused":
+        return False
+    try:
+        NhwcSplitPlan(plan, ctx.cpu_adapter)
+    except ValueError:
+        return False
+    return True
+
+
 def use_split(plan: GroupPlan, ctx, backward: bool = False) -> bool:
     """Whether this call runs the split plan (only NCHW rows of HW % 4 == 0 can, and only groups
     whose pieces fit the loop limit: others run the fused plan whatever was asked)."""
-    if plan.nhwc or plan.vec != 4 or plan.N * plan.G == 0 or plan.M == 0:
+    if plan.N * plan.G == 0 or plan.M == 0:
+        return False
+    if plan.nhwc:
+        return _use_split_nhwc(plan, ctx)
+    if plan.vec != 4:
         return False
     if plan.channels_per_group > STEP_CAP // 2:  # the combine thread walks every row of its group
         return False
@@ -399,6 +417,141 @@ def _backward_split(ctx, x, dy, dx, mean, rstd, plan, affine_binds, silu, use_w,
     return ws
 
 
+#: channels-last split plan: quads a thread owns side by side (None: the planner's choice)
+NHWC_KQ = None
+
+
+class NhwcSplitPlan:
+    """The channels-last split plan's cut (group_norm_split_nhwc*.wgsl): a thread owns KQ
+    adjacent channel quads (a quad block; A blocks per row) over a tile of consecutive
+    positions of one sample (P tiles per sample, ``tile`` positions at most).
+
+    CPU adapters: contiguous loads matter (lavapipe runs each SIMD batch through its whole loop,
+    and the lanes of a batch are adjacent quad blocks, so a batch reads 8 * KQ * 16 contiguous
+    bytes of a row per step); tiles of about CPU_PIECE_STEPS vec4 steps.  GPUs: one quad per
+    thread (neighbouring threads read neighbouring 16 bytes: coalesced), short tiles, many
+    threads.  Every thread and every combine thread stays within lavapipe's loop limit."""
+
+    def __init__(self, plan: GroupPlan, cpu_adapter: bool):
+        self.plan = plan
+        Q = plan.C // 4
+        if cpu_adapter:
+            kq = NHWC_KQ or 4
+            while Q % kq:
+                kq //= 2
+        else:
+            kq = 1
+        self.KQ = kq
+        self.A = Q // kq
+        target = CPU_PIECE_STEPS if cpu_adapter else 16
+        want_threads = 128 if cpu_adapter else 1 << 16
+        total = plan.N * plan.HW * Q
+        target = max(8, min(target, -(-total // want_threads)))
+        tile = max(1, target // kq)
+        if SPLIT_PIECE_STEPS is not None:
+            tile = max(1, min(tile, SPLIT_PIECE_STEPS))
+        P = max(1, -(-plan.HW // tile))
+        P = max(1, min(P, STEP_CAP // (2 * max(plan.channels_per_group, 1))))
+        self.P = P
+        self.tile = -(-plan.HW // P)
+        self.wg = WG if not cpu_adapter else CPU_SPLIT_WG
+        if self.tile * kq > STEP_CAP or plan.channels_per_group * P > STEP_CAP // 2:
+            raise ValueError(
+                f"x: a channels-last group of {plan.channels_per_group} channels x {plan.HW} positions cannot be "
+                f"split within the software adapter's loop limit; use the fused plan (NUMR_WEB_WEBGPU_PLAN=fused)"
+            )
+
+    def part_bytes_per_group(self, vec4s_per_quad):
+        plan = self.plan
+        return -(-(self.P * (plan.C // 4) * vec4s_per_quad * 16) // plan.G)
+
+    def threads(self, ngroups):
+        return ngroups // self.plan.G * self.P * self.A
+
+    def params(self, x_base, g_first, ngroups, eps=0.0, workspace=None):
+        plan = self.plan
+        return struct.pack(
+            "<12I2f2I",
+            plan.C,
+            plan.HW,
+            plan.G,
+            plan.channels_per_group,
+            self.A,
+            self.P,
+            self.threads(ngroups),
+            self.tile,
+            x_base,
+            g_first,
+            ngroups,
+            plan.M,
+            float(eps),
+            1.0 / plan.M,
+            *(workspace.offsets if workspace else (0, 0)),
+        )
+
+    def constants(self, silu, affine, **flags):
+        return {"NHWC": True, "VEC": 4, "SILU": silu, "AFFINE": affine, "WG": self.wg, "KQ": self.KQ, **flags}
+
+    def workgroups(self, threads):
+        return max(1, -(-threads // self.wg))
+
+
+def _forward_split_nhwc(ctx, x, y, mean, rstd, plan, affine_binds, eps, silu, affine, key):
+    sp = NhwcSplitPlan(plan, ctx.cpu_adapter)
+    aux = Scratch(ctx, plan.N * plan.G * 16)
+    part_per_group = sp.part_bytes_per_group(2)
+    dt = {"X": key, "Y": key}
+    # a group that needs a second sum is summed again (scalar loads) by its combine thread when
+    # that stays within the loop limit; larger ones get the FIX passes
+    inline = plan.M <= 2 * INLINE_REDO_STEPS
+    kernel = "group_norm_split_nhwc.wgsl"
+    for g_first, ngroups, off, size, x_base, _count in plan.chunks(ctx.max_binding, part_per_group):
+        part = Scratch(ctx, max(ngroups * part_per_group, 32))
+        binds = [
+            (x.buffer, off, size),
+            (y.buffer, off, size),
+            *affine_binds,
+            _whole(ctx, mean),
+            _whole(ctx, rstd),
+            _whole(ctx, aux),
+            _whole(ctx, part),
+        ]
+        threads = sp.threads(ngroups)
+        params = sp.params(x_base, g_first, ngroups, eps)
+        for fix in (False,) if inline else (False, True):
+            consts = sp.constants(silu, affine, FIX=fix, INLINE_REDO=inline)
+            ctx.launch(kernel, "partials", dt, consts, binds, sp.workgroups(threads), params)
+            ctx.launch(kernel, "combine", dt, consts, binds, sp.workgroups(ngroups), params)
+        consts = sp.constants(silu, affine, FIX=False, INLINE_REDO=inline)
+        ctx.launch(kernel, "apply", dt, consts, binds, sp.workgroups(threads), params)
+
+
+def _backward_split_nhwc(ctx, x, dy, dx, mean, rstd, plan, affine_binds, silu, use_w, key):
+    sp = NhwcSplitPlan(plan, ctx.cpu_adapter)
+    ws = Workspace(ctx, plan, sp.part_bytes_per_group(3))
+    dt = {"X": key, "DY": key, "DX": key}
+    kernel = "group_norm_split_nhwc_backward.wgsl"
+    for g_first, ngroups, off, size, x_base, _count in ws.chunks:
+        binds = [
+            (x.buffer, off, size),
+            (dy.buffer, off, size),
+            (dx.buffer, off, size),
+            *affine_binds,
+            _whole(ctx, mean),
+            _whole(ctx, rstd),
+            _whole(ctx, ws.scratch),
+        ]
+        threads = sp.threads(ngroups)
+        params = sp.params(x_base, g_first, ngroups, workspace=ws)
+        for refine in (True, False) if silu else (False,):
+            consts = sp.constants(silu, use_w, REFINE=refine)
+            ctx.launch(kernel, "partials", dt, consts, binds, sp.workgroups(threads), params)
+            ctx.launch(kernel, "combine", dt, consts, binds, sp.workgroups(ngroups), params)
+        consts = sp.constants(silu, use_w, REFINE=False)
+        ctx.launch(kernel, "dx", dt, consts, binds, sp.workgroups(threads), params)
+    return ws
+
+
 MAXGB = 64  # workgroup array size in group_norm_nhwc.wgsl
 
 
@@ -474,7 +627,9 @@ class Workspace:
     def __init__(self, ctx, plan, part_bytes_per_group):
         dsdb_bytes = round_up(max(plan.N * plan.C * 16, 16), OFFSET_ALIGN)
         coef_bytes = max(plan.N * plan.G * 16, 16)
-        self.chunks = list(plan.chunks(ctx.max_binding - dsdb_bytes - coef_bytes, part_bytes_per_group))
+        # PART is rounded up to OFFSET_ALIGN below: leave room for that inside one binding
+        budget = ctx.max_binding - dsdb_bytes - coef_bytes - OFFSET_ALIGN
+        self.chunks = list(plan.chunks(budget, part_bytes_per_group))
         part_bytes = round_up(max((c[1] * part_bytes_per_group for c in self.chunks), default=16), OFFSET_ALIGN)
         self.scratch = Scratch(ctx, part_bytes + dsdb_bytes + coef_bytes)
         buf = self.scratch.buffer
@@ -509,7 +664,8 @@ def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation, layout):
     dt = {"X": key, "Y": key}
     affine_binds = [_whole(ctx, w if affine else ctx.dummy), _whole(ctx, b if affine else ctx.dummy)]
     if use_split(plan, ctx):
-        _forward_split(ctx, x, y, mean, rstd, plan, affine_binds, eps, silu, affine, key)
+        run = _forward_split_nhwc if plan.nhwc else _forward_split
+        run(ctx, x, y, mean, rstd, plan, affine_binds, eps, silu, affine, key)
         return y, mean, rstd
     if _block_path(plan):
         blocks = BlockPlan(plan, ctx.cpu_adapter)
@@ -595,7 +751,8 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
         ]
         split = use_split(plan, ctx, backward=True)
         if split:
-            ws = _backward_split(ctx, x, dy, dx, mean, rstd, plan, affine_binds, silu, use_w, key)
+            run = _backward_split_nhwc if plan.nhwc else _backward_split
+            ws = run(ctx, x, dy, dx, mean, rstd, plan, affine_binds, silu, use_w, key)
         elif _block_path(plan):
             blocks = BlockPlan(plan, ctx.cpu_adapter)
             part_per_group = blocks.items * 48 // blocks.GB

@@ -181,11 +181,16 @@ fn fold_stats(bl_local: u32, allow_redo: bool) {
     var s1 = 0.0;
     var s2 = 0.0;
     for (var ch = j * p.Cg; ch < (j + 1u) * p.Cg; ch++) {
+      // two-level: a channel's pieces, then the channels (many short pieces on GPU work shapes)
+      var c1 = 0.0;
+      var c2 = 0.0;
       for (var pc = 0u; pc < p.P; pc++) {
         let slot = (bl_local * p.items + pc * p.A + ch / 4u) * 2u;
-        s1 += WS[slot][ch & 3u];
-        s2 += WS[slot + 1u][ch & 3u];
+        c1 += WS[slot][ch & 3u];
+        c2 += WS[slot + 1u][ch & 3u];
       }
+      s1 += c1;
+      s2 += c2;
     }
     let d = s1 * p.inv_m;  // in the group's scaled units
     let t = s2 * p.inv_m - d * d;

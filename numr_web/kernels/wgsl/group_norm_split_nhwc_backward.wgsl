@@ -1,0 +1,245 @@
+// GroupNorm backward, split plan for channels-last memory (C % 4 == 0): the cut of
+// group_norm_split_nhwc.wgsl (a thread owns KQ <= 4 adjacent channel quads over a tile of
+// positions of one sample) and the formulas of group_norm_backward.wgsl.
+//
+//   partials: per (sample, tile, quad) ds, db and sum xc_s, one lane per channel, to PART
+//             (three vec4 per quad).  REFINE = true (SILU only): sum xc_s alone, for threads
+//             with a lane whose group has |mean| rstd > REFINE_MEAN_ABOVE (the others exit),
+//             to restore the mean's low part first.
+//   combine:  one thread per group, channel by channel, tiles in order (fixed order, bitwise
+//             repeatable): REFINE: zlo -> COEF.w; else per channel (ds, db) -> DSDB, then the
+//             group's coefficients -> COEF = (c0, c1, mean_lo, zlo).
+//   dx:       dx = w rstd dz + c1 xc_s + c0 over the same cut, per-channel terms in registers.
+// dweight and dbias come from DSDB and COEF (group_norm_dweight.wgsl), as for the other plans.
+// Constants: NHWC = true, VEC = 4, SILU, AFFINE, WG, KQ, REFINE.
+//!include group_norm_common.wgsl
+//!include group_norm_coef.wgsl
+@group(0) @binding(0) var<storage, read> X: array<ST_X>;
+@group(0) @binding(1) var<storage, read> DY: array<ST_DY>;
+@group(0) @binding(2) var<storage, read_write> DX: array<ST_DX>;
+@group(0) @binding(3) var<storage, read> W: array<f32>;
+@group(0) @binding(4) var<storage, read> B: array<f32>;
+@group(0) @binding(5) var<storage, read> MEAN: array<f32>;
+@group(0) @binding(6) var<storage, read> RSTD: array<f32>;
+@group(0) @binding(7) var<storage, read_write> WS: array<vec4<f32>>;  // workspace: PART from 0, DSDB at p.dsdb_at, COEF at p.coef_at
+@group(0) @binding(8) var<uniform> p: Params;
+
+fn thread_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+  return (wid.y * nwg.x + wid.x) * WG + lid;
+}
+
+struct Cut { nl: u32, pc: u32, q0: u32, t0: u32, t1: u32, u: u32 }
+
+fn cut_of(tid: u32) -> Cut {
+  var o: Cut;
+  let Q = p.C >> 2u;
+  o.q0 = (tid % p.A) * KQ;
+  let rest = tid / p.A;
+  o.pc = rest % p.P;
+  o.nl = rest / p.P;
+  let q = p.HW / p.P;
+  let r = p.HW % p.P;
+  o.t0 = o.pc * q + min(o.pc, r);
+  o.t1 = o.t0 + q + select(0u, 1u, o.pc < r);
+  o.u = (p.x_base >> 2u) + (o.nl * p.HW + o.t0) * Q + o.q0;
+  return o;
+}
+
+fn lane_groups(nl: u32, q: u32) -> vec4<u32> {
+  let c = vec4<u32>(4u * q) + vec4<u32>(0u, 1u, 2u, 3u);
+  return vec4<u32>(p.g_first + nl * p.G) + c / p.Cg;
+}
+
+fn refine(mean: f32, rstd: f32) -> bool { return SILU && abs(mean) * rstd > REFINE_MEAN_ABOVE; }
+
+// What quad q's lanes need, one lane per channel: xc_s = x * sc - ms; z = xc_s * scale + shift
+// (SILU); dx = alpha * dz + c1 * xc_s + c0; go: some lane's group needs the REFINE sum.
+struct Quad { sc: vec4<f32>, ms: vec4<f32>, scale: vec4<f32>, shift: vec4<f32>, alpha: vec4<f32>,
+              c0: vec4<f32>, c1: vec4<f32>, go: bool }
+
+fn quad_of(nl: u32, q: u32) -> Quad {
+  let lg = lane_groups(nl, q);
+  let mean = vec4<f32>(MEAN[lg.x], MEAN[lg.y], MEAN[lg.z], MEAN[lg.w]);
+  let rstd = vec4<f32>(RSTD[lg.x], RSTD[lg.y], RSTD[lg.z], RSTD[lg.w]);
+  var o: Quad;
+  o.sc = rstd_scale4(rstd);
+  o.ms = mean * o.sc;
+  let c = 4u * q;
+  let w = lane_w(c);
+  o.alpha = w * rstd;
+  o.scale = w * (rstd / o.sc);
+  var zlo = vec4<f32>(0.0);
+  if (SILU && !REFINE) {
+    zlo = vec4<f32>(WS[p.coef_at + lg.x].w, WS[p.coef_at + lg.y].w, WS[p.coef_at + lg.z].w,
+                    WS[p.coef_at + lg.w].w);
+  }
+  o.shift = lane_b(c) - zlo * o.scale;
+  o.go = refine(mean.x, rstd.x) || refine(mean.y, rstd.y) || refine(mean.z, rstd.z) ||
+         refine(mean.w, rstd.w);
+  return o;
+}
+
+// quad_of plus the group coefficients c0, c1 (dx pass)
+fn quad_dx(nl: u32, q: u32) -> Quad {
+  var o = quad_of(nl, q);
+  let lg = lane_groups(nl, q);
+  let k = transpose(mat4x4<f32>(WS[p.coef_at + lg.x], WS[p.coef_at + lg.y], WS[p.coef_at + lg.z],
+                                WS[p.coef_at + lg.w]));
+  o.c0 = k[0];
+  o.c1 = k[1];
+  return o;
+}
+
+// dL/dz from dy (SILU: z rebuilt from xc_s)
+fn dz_of(dy: vec4<f32>, xc: vec4<f32>, k: Quad) -> vec4<f32> {
+  if (!SILU) { return dy; }
+  let z = xc * k.scale + k.shift;
+  let s = 1.0 / (1.0 + exp(-z));
+  return dy * s * (1.0 + z * (1.0 - s));
+}
+
+// One quad's step of the sums: columns 0 ds, 1 db, 2 sum xc_s (REFINE: column 2 only).
+fn step_sums(acc: ptr<function, mat3x4<f32>>, u: u32, k: Quad) {
+  let xc = ld_X(u) * k.sc - k.ms;
+  (*acc)[2] += xc;
+  if (!REFINE) {
+    let dz = dz_of(ld_DY(u), xc, k);
+    (*acc)[0] += dz * xc;
+    (*acc)[1] += dz;
+  }
+}
+
+// The KQ <= 4 quads of a thread are spelled out with constant indices (see
+// group_norm_split_nhwc.wgsl); `if (KQ > j)` is a constant condition.
+@compute @workgroup_size(WG)
+fn partials(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+  let tid = thread_index(wid, nwg, lid);
+  if (tid >= p.items) { return; }
+  let cu = cut_of(tid);
+  let Q = p.C >> 2u;
+  let k0 = quad_of(cu.nl, cu.q0);
+  var k1 = k0;
+  var k2 = k0;
+  var k3 = k0;
+  if (KQ > 1u) { k1 = quad_of(cu.nl, cu.q0 + 1u); }
+  if (KQ > 2u) {
+    k2 = quad_of(cu.nl, cu.q0 + 2u);
+    k3 = quad_of(cu.nl, cu.q0 + 3u);
+  }
+  if (REFINE && !(k0.go || k1.go || k2.go || k3.go)) { return; }
+  var a0 = mat3x4<f32>();
+  var a1 = mat3x4<f32>();
+  var a2 = mat3x4<f32>();
+  var a3 = mat3x4<f32>();
+  var u = cu.u;
+  for (var t = cu.t0; t < cu.t1; t++) {
+    step_sums(&a0, u, k0);
+    if (KQ > 1u) { step_sums(&a1, u + 1u, k1); }
+    if (KQ > 2u) {
+      step_sums(&a2, u + 2u, k2);
+      step_sums(&a3, u + 3u, k3);
+    }
+    u += Q;
+  }
+  let slot = ((cu.nl * p.P + cu.pc) * Q + cu.q0) * 3u;
+  for (var i = 0u; i < 3u; i++) {
+    WS[slot + i] = a0[i];
+    if (KQ > 1u) { WS[slot + 3u + i] = a1[i]; }
+    if (KQ > 2u) {
+      WS[slot + 6u + i] = a2[i];
+      WS[slot + 9u + i] = a3[i];
+    }
+  }
+}
+
+// Channel c's partial component f (0 ds, 1 db, 2 xc_s) totalled over the tiles, in order,
+// two-level (blocks of 32).
+fn channel_total(nl: u32, c: u32, f: u32) -> f32 {
+  let Q = p.C >> 2u;
+  var s = 0.0;
+  var pc = 0u;
+  loop {
+    if (pc >= p.P) { break; }
+    let bend = min(pc + 32u, p.P);
+    var b = 0.0;
+    for (; pc < bend; pc++) { b += WS[((nl * p.P + pc) * Q + (c >> 2u)) * 3u + f][c & 3u]; }
+    s += b;
+  }
+  return s;
+}
+
+@compute @workgroup_size(WG)
+fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+  let gl = thread_index(wid, nwg, lid);
+  if (gl >= p.ngroups) { return; }
+  let gg = p.g_first + gl;
+  let nl = gl / p.G;
+  let n = gg / p.G;
+  let g = gg % p.G;
+  let mean = MEAN[gg];
+  let rstd = RSTD[gg];
+  let sc = rstd_scale(rstd);
+  if (REFINE) {
+    var zlo = 0.0;
+    if (refine(mean, rstd)) {
+      var res = 0.0;
+      for (var j = 0u; j < p.Cg; j++) { res += channel_total(nl, g * p.Cg + j, 2u); }
+      zlo = mean_low_part(mean, res, p.inv_m, sc);
+    }
+    WS[p.coef_at + gg] = vec4<f32>(0.0, 0.0, 0.0, zlo);
+    return;
+  }
+  var sg = 0.0;
+  var sgx = 0.0;
+  var res = 0.0;
+  for (var j = 0u; j < p.Cg; j++) {
+    let c = g * p.Cg + j;
+    let ds = channel_total(nl, c, 0u);
+    let db = channel_total(nl, c, 1u);
+    res += channel_total(nl, c, 2u);
+    WS[p.dsdb_at + n * p.C + c] = vec4<f32>(ds, db, 0.0, 0.0);
+    var w = 1.0;
+    if (AFFINE) { w = W[c]; }
+    sgx += w * ds;
+    sg += w * db;
+  }
+  var zlo = 0.0;
+  if (SILU) { zlo = WS[p.coef_at + gg].w; }
+  let cf = backward_coefficients(mean, rstd, sgx, sg, res, p.inv_m, sc);
+  WS[p.coef_at + gg] = vec4<f32>(cf, zlo);
+}
+
+fn dx_of(u: u32, k: Quad) -> vec4<f32> {
+  let xc = ld_X(u) * k.sc - k.ms;
+  return k.alpha * dz_of(ld_DY(u), xc, k) + k.c1 * xc + k.c0;
+}
+
+@compute @workgroup_size(WG)
+fn dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+      @builtin(local_invocation_index) lid: u32) {
+  let tid = thread_index(wid, nwg, lid);
+  if (tid >= p.items) { return; }
+  let cu = cut_of(tid);
+  let Q = p.C >> 2u;
+  let k0 = quad_dx(cu.nl, cu.q0);
+  var k1 = k0;
+  var k2 = k0;
+  var k3 = k0;
+  if (KQ > 1u) { k1 = quad_dx(cu.nl, cu.q0 + 1u); }
+  if (KQ > 2u) {
+    k2 = quad_dx(cu.nl, cu.q0 + 2u);
+    k3 = quad_dx(cu.nl, cu.q0 + 3u);
+  }
+  var u = cu.u;
+  for (var t = cu.t0; t < cu.t1; t++) {
+    st_DX(u, dx_of(u, k0));
+    if (KQ > 1u) { st_DX(u + 1u, dx_of(u + 1u, k1)); }
+    if (KQ > 2u) {
+      st_DX(u + 2u, dx_of(u + 2u, k2));
+      st_DX(u + 3u, dx_of(u + 3u, k3));
+    }
+    u += Q;
+  }
+}
