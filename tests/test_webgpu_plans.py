@@ -29,12 +29,13 @@ class Spy:
     """Counts the kernels ``ctx.launch`` runs."""
 
     def __init__(self, ctx):
-        self.ctx, self.inner, self.kernels = ctx, ctx.launch, []
+        self.ctx, self.inner, self.kernels, self.dtypes = ctx, ctx.launch, [], []
 
     def __enter__(self):
-        def launch(kernel, entry, *args, **kw):
+        def launch(kernel, entry, dtypes, *args, **kw):
             self.kernels.append((kernel, entry))
-            return self.inner(kernel, entry, *args, **kw)
+            self.dtypes.append(dtypes)  # storage keys per role
+            return self.inner(kernel, entry, dtypes, *args, **kw)
 
         self.ctx.launch = launch
         return self
@@ -166,10 +167,10 @@ def test_plan_from_the_environment(wg, use_plan, rng, monkeypatch):  # noqa: F81
     assert rel_err(wg.to_numpy(y), ref_forward(wg.to_numpy(odd), 4)[0]) < 2e-6
 
 
-def _fake(shape, G, layout="nchw"):
+def _fake(shape, G, layout="nchw", itemsize=4):
     from numr_web.backends.webgpu import group_norm_launch as gl
 
-    return gl.GroupPlan(types.SimpleNamespace(shape=shape, itemsize=4), G, layout)
+    return gl.GroupPlan(types.SimpleNamespace(shape=shape, itemsize=itemsize), G, layout)
 
 
 @pytest.mark.parametrize(
@@ -202,6 +203,12 @@ def test_auto_planner(monkeypatch, shape, cpu, split):
     assert gl.use_split(_fake(shape, 32, "nhwc"), ctx)
     assert not gl.use_split(_fake((2, 34, 8, 8), 2, "nhwc"), ctx)  # C % 4 != 0: the scalar fused kernel
     assert not gl.use_split(_fake(shape[:2] + (3, 3), 32), ctx)
+    # 16-bit storage with HW % 8 == 0 (8-element steps): split on CPU adapters for every group size
+    # when there is much data; rows of HW % 8 == 4 keep the float32 rule
+    x8 = cpu and shape[0] * shape[1] * shape[2] * shape[3] >= 1 << 18 and shape[2] * shape[3] % 8 == 0
+    assert gl.use_split(_fake(shape, 32, itemsize=2), ctx) == (split or x8)
+    odd = shape[:2] + (2, 6)
+    assert gl.use_split(_fake(odd, 32, itemsize=2), ctx) == gl.use_split(_fake(odd, 32), ctx)
     monkeypatch.setattr(gl, "PLAN", "split")
     assert gl.use_split(_fake(shape, 32), ctx)
     assert not gl.use_split(_fake((1, 16384, 2, 2), 1), ctx)  # a group of more rows than one thread may walk

@@ -232,7 +232,10 @@ def use_split(plan: GroupPlan, ctx, backward: bool = False) -> bool:
         want = name == "split"
     elif ctx.cpu_adapter:
         many = plan.N * plan.G >= CPU_SPLIT_MIN_GROUPS or plan.N * plan.G * plan.M >= CPU_SPLIT_MIN_ELEMENTS
-        want = plan.M <= CPU_SPLIT_MAX_GROUP and many
+        # 16-bit storage in 8-element steps (HW % 8 == 0): split for groups of every size (lavapipe:
+        # 1.1 to 1.6 times the fused plan's throughput on the bench shapes, see docs/webgpu.md)
+        x8 = plan.isz == 2 and plan.HW % 8 == 0 and USE_X8
+        want = (plan.M <= CPU_SPLIT_MAX_GROUP or x8) and many
     else:
         want = plan.N * plan.G < GPU_SPLIT_BELOW_GROUPS and plan.M >= GPU_SPLIT_MIN_GROUP
     if not want:
@@ -255,28 +258,31 @@ class SplitPlan:
     neighbouring threads read neighbouring vec4s), many threads, and one vec4 per thread in
     the elementwise pass.  Every thread stays within lavapipe's loop limit (STEP_CAP)."""
 
-    def __init__(self, plan: GroupPlan, cpu_adapter: bool, wg: int = WG):
+    def __init__(self, plan: GroupPlan, cpu_adapter: bool, wg: int = WG, unit: int = 4):
         self.plan = plan
         self.interleave = not cpu_adapter
+        #: elements per step: 4 (a vec4), or 8 (16-bit storage in 16-byte units, HW % 8 == 0)
+        self.unit = unit
+        self.steps = plan.HW // unit
         target = CPU_PIECE_STEPS if cpu_adapter else 16
         # enough threads for every core: about 8 per core of a 16-core host; a GPU's many more
         rows = plan.N * plan.C
         want_threads = 128 if cpu_adapter else 1 << 16
-        total = rows * plan.steps
+        total = rows * self.steps
         target = max(8, min(target, -(-total // want_threads)))
         if SPLIT_PIECE_STEPS is not None:
             target = max(1, min(target, SPLIT_PIECE_STEPS))
-        P = max(1, -(-plan.steps // target))
+        P = max(1, -(-self.steps // target))
         # the combine thread walks Cg * P pieces: keep that within the loop limit too
         P = max(1, min(P, STEP_CAP // (2 * max(plan.channels_per_group, 1))))
-        seg = -(-plan.steps // P)
+        seg = -(-self.steps // P)
         self.P = P
         self.A = max(1, min(max(target, seg) // seg, STEP_CAP // (2 * seg)))
         self.run = max(1, min(target, STEP_CAP // 2))
         self.wg = wg if not cpu_adapter else CPU_SPLIT_WG
         if seg * self.A > STEP_CAP or plan.channels_per_group * P > STEP_CAP:
             raise ValueError(
-                f"x: a group of {plan.channels_per_group} rows x {plan.steps} steps cannot be split within the "
+                f"x: a group of {plan.channels_per_group} rows x {self.steps} steps cannot be split within the "
                 f"software adapter's loop limit; use the fused plan (NUMR_WEB_WEBGPU_PLAN=fused)"
             )
 
@@ -291,7 +297,7 @@ class SplitPlan:
             per_thread,
             self.P,
             ngroups * plan.channels_per_group * self.P,
-            plan.steps,
+            self.steps,
             x_base,
             g_first,
             ngroups,
@@ -309,6 +315,7 @@ class SplitPlan:
             "AFFINE": affine,
             "WG": self.wg,
             "INTERLEAVE": self.interleave,
+            "U8": self.unit == 8,
             **flags,
         }
 
@@ -316,15 +323,21 @@ class SplitPlan:
         return -(-(ngroups * self.plan.channels_per_group * self.P) // self.A)
 
     def threads_apply(self, ngroups):
-        units = ngroups * self.plan.M // 4
+        units = ngroups * self.plan.M // self.unit
         return units if self.interleave else -(-units // self.run)
 
     def workgroups(self, threads):
         return max(1, -(-threads // self.wg))
 
 
+def _split_nchw(ctx, plan, key):
+    """(SplitPlan, storage key): 16-bit storage with HW % 8 == 0 steps 8 elements at a time."""
+    x8 = _x8_key(key, plan.HW % 8 == 0)
+    return SplitPlan(plan, ctx.cpu_adapter, unit=8 if x8 != key else 4), x8
+
+
 def _forward_split(ctx, x, y, mean, rstd, plan, affine_binds, eps, silu, affine, key):
-    sp = SplitPlan(plan, ctx.cpu_adapter)
+    sp, key = _split_nchw(ctx, plan, key)
     aux = Scratch(ctx, plan.N * plan.G * 16)
     part_per_group = plan.channels_per_group * sp.P * 8
     dt = {"X": key, "Y": key}
@@ -373,7 +386,7 @@ def _forward_split(ctx, x, y, mean, rstd, plan, affine_binds, eps, silu, affine,
 
 
 def _backward_split(ctx, x, dy, dx, mean, rstd, plan, affine_binds, silu, use_w, key):
-    sp = SplitPlan(plan, ctx.cpu_adapter)
+    sp, key = _split_nchw(ctx, plan, key)
     ws = Workspace(ctx, plan, plan.channels_per_group * sp.P * 16)
     dt = {"X": key, "DY": key, "DX": key}
     for g_first, ngroups, off, size, x_base, _count in ws.chunks:
@@ -496,8 +509,22 @@ class NhwcSplitPlan:
         return max(1, -(-threads // self.wg))
 
 
+#: 16-bit storage read and written 8 elements (16 bytes) per load by the split kernels
+#: (dtype_*_x8.wgsl); float16 takes the packed form with or without shader-f16 there
+X8_KEYS = {"f16": "f16_packed_x8", "f16_packed": "f16_packed_x8", "bf16": "bf16_x8"}
+#: tests and measurements: False keeps 16-bit storage at 4 elements per load
+USE_X8 = True
+
+
+def _x8_key(key, units_even):
+    """The 16-byte-unit storage key for ``key`` where every chunk's element offset and the kernel's
+    pair loads fall on multiples of 8 elements (``units_even``), else ``key``."""
+    return X8_KEYS.get(key, key) if USE_X8 and units_even else key
+
+
 def _forward_split_nhwc(ctx, x, y, mean, rstd, plan, affine_binds, eps, silu, affine, key):
     sp = NhwcSplitPlan(plan, ctx.cpu_adapter)
+    key = _x8_key(key, plan.C % 8 == 0)
     aux = Scratch(ctx, plan.N * plan.G * 16)
     part_per_group = sp.part_bytes_per_group(2)
     dt = {"X": key, "Y": key}
@@ -528,6 +555,7 @@ def _forward_split_nhwc(ctx, x, y, mean, rstd, plan, affine_binds, eps, silu, af
 
 def _backward_split_nhwc(ctx, x, dy, dx, mean, rstd, plan, affine_binds, silu, use_w, key):
     sp = NhwcSplitPlan(plan, ctx.cpu_adapter)
+    key = _x8_key(key, plan.C % 8 == 0)
     ws = Workspace(ctx, plan, sp.part_bytes_per_group(3))
     dt = {"X": key, "DY": key, "DX": key}
     kernel = "group_norm_split_nhwc_backward.wgsl"

@@ -15,7 +15,9 @@
 //
 // Params (group_norm_common.wgsl) read here: A (pieces per thread, or vec4s per thread in
 // apply), P (pieces per row), items (pieces in the chunk), steps (HW / 4).
-// Constants: NHWC = false, VEC = 4, SILU, AFFINE, WG, FIX, INLINE_REDO, INTERLEAVE.
+// Constants: NHWC = false, VEC = 4, SILU, AFFINE, WG, FIX, INLINE_REDO, INTERLEAVE, U8.
+// U8 (16-bit storage, HW % 8 == 0): steps, pieces and the apply pass count 8-element units
+// (p.steps = HW / 8; one 16-byte load each with the _x8 storage helpers), else vec4 steps.
 //!include group_norm_common.wgsl
 //!include group_norm_stats.wgsl
 @group(0) @binding(0) var<storage, read> X: array<ST_X>;
@@ -27,6 +29,8 @@
 @group(0) @binding(6) var<storage, read_write> AUX: array<vec4<f32>>;   // (mean_hi, mean_lo_s, rstd_s, s) per group
 @group(0) @binding(7) var<storage, read_write> PART: array<vec2<f32>>;  // (S1, S2) per piece of the chunk
 @group(0) @binding(8) var<uniform> p: Params;
+
+const UNIT_SH: u32 = select(2u, 3u, U8);  // log2 of the elements in a step
 
 fn thread_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
   return (wid.y * nwg.x + wid.x) * WG + lid;
@@ -41,7 +45,7 @@ fn piece_of(pi: u32) -> Piece {
   let row = pi / p.P;
   let pc = pi % p.P;
   var out: Piece;
-  let rb = (p.x_base >> 2u) + row * p.steps;
+  let rb = (p.x_base >> UNIT_SH) + row * p.steps;
   if (INTERLEAVE) {
     out.u0 = rb + pc;
     out.u1 = rb + p.steps;
@@ -89,9 +93,17 @@ fn partials(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
       var b1 = vec4<f32>(0.0);
       var b2 = vec4<f32>(0.0);
       for (; u < uend; u += pc.du) {
-        let d = ld_X(u) * sc - k;
-        b1 += d;
-        b2 += d * d;
+        if (U8) {
+          let m = ld8_X(u);
+          let d = m[0] * sc - k;
+          let e = m[1] * sc - k;
+          b1 += d + e;
+          b2 += d * d + e * e;
+        } else {
+          let d = ld_X(u) * sc - k;
+          b1 += d;
+          b2 += d * d;
+        }
       }
       s1 += b1;
       s2 += b2;
@@ -162,9 +174,9 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
 @compute @workgroup_size(WG)
 fn apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_index) lid: u32) {
-  let total = p.ngroups * (p.M >> 2u);
-  let xb = p.x_base >> 2u;
-  if (INTERLEAVE) {  // GPUs: one vec4 per thread
+  let total = p.ngroups * (p.M >> UNIT_SH);
+  let xb = p.x_base >> UNIT_SH;
+  if (INTERLEAVE) {  // GPUs: one step per thread
     let t = thread_index(wid, nwg, lid);
     if (t < total) { apply_run(t, t + 1u, xb); }
     return;
@@ -174,7 +186,13 @@ fn apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
   apply_run(first, min(first + p.A, total), xb);
 }
 
-// y over vec4s [first, last) of the chunk, row by row.
+fn y_of(x: vec4<f32>, sc: f32, hs: f32, scale: vec4<f32>, shift: vec4<f32>) -> vec4<f32> {
+  let y = (x * sc - hs) * scale + shift;
+  if (SILU) { return silu(y); }
+  return y;
+}
+
+// y over steps [first, last) of the chunk, row by row.
 fn apply_run(first: u32, last: u32, xb: u32) {
   var t = first;
   loop {
@@ -190,9 +208,12 @@ fn apply_run(first: u32, last: u32, xb: u32) {
     let scale = lane_w(c) * a.z;
     let shift = lane_b(c) - a.y * scale;
     for (; t < rend; t++) {
-      var y = (ld_X(xb + t) * sc - hs) * scale + shift;
-      if (SILU) { y = silu(y); }
-      st_Y(xb + t, y);
+      if (U8) {
+        let m = ld8_X(xb + t);
+        st8_Y(xb + t, mat2x4<f32>(y_of(m[0], sc, hs, scale, shift), y_of(m[1], sc, hs, scale, shift)));
+      } else {
+        st_Y(xb + t, y_of(ld_X(xb + t), sc, hs, scale, shift));
+      }
     }
   }
 }

@@ -10,7 +10,8 @@
 //             coefficients -> COEF = (c0, c1, mean_lo, zlo), as the fused kernel's thread 0.
 //   dx:       every thread writes A consecutive vec4s of dx, row by row.
 // dweight and dbias come from DSDB and COEF (group_norm_dweight.wgsl), as for the fused plan.
-// Constants: NHWC = false, VEC = 4, SILU, AFFINE, WG, REFINE, INTERLEAVE.
+// Constants: NHWC = false, VEC = 4, SILU, AFFINE, WG, REFINE, INTERLEAVE, U8 (8-element
+// steps, as in group_norm_split.wgsl).
 //!include group_norm_common.wgsl
 //!include group_norm_coef.wgsl
 @group(0) @binding(0) var<storage, read> X: array<ST_X>;
@@ -22,6 +23,8 @@
 @group(0) @binding(6) var<storage, read> RSTD: array<f32>;
 @group(0) @binding(7) var<storage, read_write> WS: array<vec4<f32>>;  // workspace: PART from 0, DSDB at p.dsdb_at, COEF at p.coef_at
 @group(0) @binding(8) var<uniform> p: Params;
+
+const UNIT_SH: u32 = select(2u, 3u, U8);  // log2 of the elements in a step
 
 fn thread_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
   return (wid.y * nwg.x + wid.x) * WG + lid;
@@ -69,7 +72,7 @@ fn partials(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let row = pi / p.P;
     let pc = pi % p.P;
     // contiguous pieces, or (INTERLEAVE, GPUs) steps pc, pc + P, ...: neighbours read neighbours
-    let rb = (p.x_base >> 2u) + row * p.steps;
+    let rb = (p.x_base >> UNIT_SH) + row * p.steps;
     var u0 = rb + pc * q + min(pc, r);
     var u1 = u0 + q + select(0u, 1u, pc < r);
     var du = 1u;
@@ -82,7 +85,14 @@ fn partials(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     if (REFINE) {
       if (!refine(MEAN[R.gg], RSTD[R.gg])) { continue; }
       var res = vec4<f32>(0.0);
-      for (var u = u0; u < u1; u += du) { res += ld_X(u) * R.sc - R.ms; }
+      for (var u = u0; u < u1; u += du) {
+        if (U8) {
+          let m = ld8_X(u);
+          res += (m[0] * R.sc - R.ms) + (m[1] * R.sc - R.ms);
+        } else {
+          res += ld_X(u) * R.sc - R.ms;
+        }
+      }
       WS[pi] = vec4<f32>(dot(res, vec4<f32>(1.0)), 0.0, 0.0, 0.0);
       continue;
     }
@@ -90,11 +100,23 @@ fn partials(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     var db = vec4<f32>(0.0);
     var res = vec4<f32>(0.0);
     for (var u = u0; u < u1; u += du) {
-      let xc = ld_X(u) * R.sc - R.ms;
-      let dz = dz_of(ld_DY(u), xc, R.scale, R.shift);
-      ds += dz * xc;
-      db += dz;
-      res += xc;
+      if (U8) {
+        let mx = ld8_X(u);
+        let my = ld8_DY(u);
+        let xc = mx[0] * R.sc - R.ms;
+        let xd = mx[1] * R.sc - R.ms;
+        let dz = dz_of(my[0], xc, R.scale, R.shift);
+        let de = dz_of(my[1], xd, R.scale, R.shift);
+        ds += dz * xc + de * xd;
+        db += dz + de;
+        res += xc + xd;
+      } else {
+        let xc = ld_X(u) * R.sc - R.ms;
+        let dz = dz_of(ld_DY(u), xc, R.scale, R.shift);
+        ds += dz * xc;
+        db += dz;
+        res += xc;
+      }
     }
     let one = vec4<f32>(1.0);
     WS[pi] = vec4<f32>(dot(ds, one), dot(db, one), dot(res, one), 0.0);
@@ -160,9 +182,9 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
 @compute @workgroup_size(WG)
 fn dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
       @builtin(local_invocation_index) lid: u32) {
-  let total = p.ngroups * (p.M >> 2u);
-  let xb = p.x_base >> 2u;
-  if (INTERLEAVE) {  // GPUs: one vec4 per thread
+  let total = p.ngroups * (p.M >> UNIT_SH);
+  let xb = p.x_base >> UNIT_SH;
+  if (INTERLEAVE) {  // GPUs: one step per thread
     let t = thread_index(wid, nwg, lid);
     if (t < total) { dx_run(t, t + 1u, xb); }
     return;
@@ -172,7 +194,13 @@ fn dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<
   dx_run(first, min(first + p.A, total), xb);
 }
 
-// dx over vec4s [first, last) of the chunk, row by row.
+fn dx_of(x: vec4<f32>, dy: vec4<f32>, R: Row, cf: vec4<f32>) -> vec4<f32> {
+  let xc = x * R.sc - R.ms;
+  let dz = dz_of(dy, xc, R.scale, R.shift);
+  return R.alpha * dz + cf.y * xc + cf.x;
+}
+
+// dx over steps [first, last) of the chunk, row by row.
 fn dx_run(first: u32, last: u32, xb: u32) {
   var t = first;
   loop {
@@ -182,9 +210,13 @@ fn dx_run(first: u32, last: u32, xb: u32) {
     let R = row_of(row);
     let cf = WS[p.coef_at + R.gg];
     for (; t < rend; t++) {
-      let xc = ld_X(xb + t) * R.sc - R.ms;
-      let dz = dz_of(ld_DY(xb + t), xc, R.scale, R.shift);
-      st_DX(xb + t, R.alpha * dz + cf.y * xc + cf.x);
+      if (U8) {
+        let mx = ld8_X(xb + t);
+        let my = ld8_DY(xb + t);
+        st8_DX(xb + t, mat2x4<f32>(dx_of(mx[0], my[0], R, cf), dx_of(mx[1], my[1], R, cf)));
+      } else {
+        st_DX(xb + t, dx_of(ld_X(xb + t), ld_DY(xb + t), R, cf));
+      }
     }
   }
 }

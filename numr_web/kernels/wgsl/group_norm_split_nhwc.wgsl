@@ -123,19 +123,31 @@ fn partials(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     var b1 = mat4x4<f32>();
     var b2 = mat4x4<f32>();
     for (; t < tend; t++) {
-      let d0 = ld_X(u) * h0.sc - h0.ks;
+      // quads in pairs (8 elements, one 16-byte unit with 16-bit _x8 storage): u is even
+      // whenever KQ is (Q even, x_base a multiple of 8)
+      var x0: vec4<f32>;
+      var x1: vec4<f32>;
+      if (KQ > 1u) {
+        let m = ld8_X(u >> 1u);
+        x0 = m[0];
+        x1 = m[1];
+      } else {
+        x0 = ld_X(u);
+      }
+      let d0 = x0 * h0.sc - h0.ks;
       b1[0] += d0;
       b2[0] += d0 * d0;
       if (KQ > 1u) {
-        let d1 = ld_X(u + 1u) * h1.sc - h1.ks;
+        let d1 = x1 * h1.sc - h1.ks;
         b1[1] += d1;
         b2[1] += d1 * d1;
       }
       if (KQ > 2u) {
-        let d2 = ld_X(u + 2u) * h2.sc - h2.ks;
+        let m = ld8_X((u >> 1u) + 1u);
+        let d2 = m[0] * h2.sc - h2.ks;
         b1[2] += d2;
         b2[2] += d2 * d2;
-        let d3 = ld_X(u + 3u) * h3.sc - h3.ks;
+        let d3 = m[1] * h3.sc - h3.ks;
         b1[3] += d3;
         b2[3] += d3 * d3;
       }
@@ -251,11 +263,15 @@ fn apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
   }
   var u = cu.u;
   for (var t = cu.t0; t < cu.t1; t++) {
-    st_Y(u, y_of(ld_X(u), k0));
-    if (KQ > 1u) { st_Y(u + 1u, y_of(ld_X(u + 1u), k1)); }
-    if (KQ > 2u) {
-      st_Y(u + 2u, y_of(ld_X(u + 2u), k2));
-      st_Y(u + 3u, y_of(ld_X(u + 3u), k3));
+    if (KQ > 1u) {  // quads in pairs, as in partials
+      let m = ld8_X(u >> 1u);
+      st8_Y(u >> 1u, mat2x4<f32>(y_of(m[0], k0), y_of(m[1], k1)));
+      if (KQ > 2u) {
+        let n = ld8_X((u >> 1u) + 1u);
+        st8_Y((u >> 1u) + 1u, mat2x4<f32>(y_of(n[0], k2), y_of(n[1], k3)));
+      }
+    } else {
+      st_Y(u, y_of(ld_X(u), k0));
     }
     u += Q;
   }

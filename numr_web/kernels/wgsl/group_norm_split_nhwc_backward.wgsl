@@ -98,15 +98,25 @@ fn dz_of(dy: vec4<f32>, xc: vec4<f32>, k: Quad) -> vec4<f32> {
   return dy * s * (1.0 + z * (1.0 - s));
 }
 
-// One quad's step of the sums: columns 0 ds, 1 db, 2 sum xc_s (REFINE: column 2 only).
-fn step_sums(acc: ptr<function, mat3x4<f32>>, u: u32, k: Quad) {
-  let xc = ld_X(u) * k.sc - k.ms;
+// One quad's step of the sums from its x and dy: columns 0 ds, 1 db, 2 sum xc_s (REFINE:
+// column 2 only).
+fn step_sums(acc: ptr<function, mat3x4<f32>>, x: vec4<f32>, dy: vec4<f32>, k: Quad) {
+  let xc = x * k.sc - k.ms;
   (*acc)[2] += xc;
   if (!REFINE) {
-    let dz = dz_of(ld_DY(u), xc, k);
+    let dz = dz_of(dy, xc, k);
     (*acc)[0] += dz * xc;
     (*acc)[1] += dz;
   }
+}
+
+// x and dy of quads u and u + 1 (u even: quads in pairs, one 16-byte unit each with 16-bit
+// _x8 storage); dy is not read in the REFINE pass
+fn ld_pair(u: u32) -> mat4x4<f32> {
+  let x = ld8_X(u >> 1u);
+  var dy = mat2x4<f32>();
+  if (!REFINE) { dy = ld8_DY(u >> 1u); }
+  return mat4x4<f32>(x[0], x[1], dy[0], dy[1]);
 }
 
 // The KQ <= 4 quads of a thread are spelled out with constant indices (see
@@ -134,11 +144,19 @@ fn partials(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
   var a3 = mat3x4<f32>();
   var u = cu.u;
   for (var t = cu.t0; t < cu.t1; t++) {
-    step_sums(&a0, u, k0);
-    if (KQ > 1u) { step_sums(&a1, u + 1u, k1); }
-    if (KQ > 2u) {
-      step_sums(&a2, u + 2u, k2);
-      step_sums(&a3, u + 3u, k3);
+    if (KQ > 1u) {
+      let m = ld_pair(u);
+      step_sums(&a0, m[0], m[2], k0);
+      step_sums(&a1, m[1], m[3], k1);
+      if (KQ > 2u) {
+        let n = ld_pair(u + 2u);
+        step_sums(&a2, n[0], n[2], k2);
+        step_sums(&a3, n[1], n[3], k3);
+      }
+    } else {
+      var dy = vec4<f32>();
+      if (!REFINE) { dy = ld_DY(u); }
+      step_sums(&a0, ld_X(u), dy, k0);
     }
     u += Q;
   }
@@ -211,9 +229,9 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
   WS[p.coef_at + gg] = vec4<f32>(cf, zlo);
 }
 
-fn dx_of(u: u32, k: Quad) -> vec4<f32> {
-  let xc = ld_X(u) * k.sc - k.ms;
-  return k.alpha * dz_of(ld_DY(u), xc, k) + k.c1 * xc + k.c0;
+fn dx_of(x: vec4<f32>, dy: vec4<f32>, k: Quad) -> vec4<f32> {
+  let xc = x * k.sc - k.ms;
+  return k.alpha * dz_of(dy, xc, k) + k.c1 * xc + k.c0;
 }
 
 @compute @workgroup_size(WG)
@@ -234,11 +252,15 @@ fn dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<
   }
   var u = cu.u;
   for (var t = cu.t0; t < cu.t1; t++) {
-    st_DX(u, dx_of(u, k0));
-    if (KQ > 1u) { st_DX(u + 1u, dx_of(u + 1u, k1)); }
-    if (KQ > 2u) {
-      st_DX(u + 2u, dx_of(u + 2u, k2));
-      st_DX(u + 3u, dx_of(u + 3u, k3));
+    if (KQ > 1u) {  // quads in pairs, as in partials
+      let m = ld_pair(u);
+      st8_DX(u >> 1u, mat2x4<f32>(dx_of(m[0], m[2], k0), dx_of(m[1], m[3], k1)));
+      if (KQ > 2u) {
+        let n = ld_pair(u + 2u);
+        st8_DX((u >> 1u) + 1u, mat2x4<f32>(dx_of(n[0], n[2], k2), dx_of(n[1], n[3], k3)));
+      }
+    } else {
+      st_DX(u, dx_of(ld_X(u), ld_DY(u), k0));
     }
     u += Q;
   }
