@@ -273,3 +273,19 @@ def test_bench_table_prints_one_table_per_adapter(tmp_path):
 def test_bench_table_refuses_a_folder_without_rows(tmp_path):
     out = _run("bench-table", "--dir", str(tmp_path))
     assert out.returncode == 2 and out.stdout == "" and "argument --dir:" in out.stderr, out.stderr
+
+
+def test_webgpu_plans_prints_both_plans_per_shape():
+    from conftest import require_target
+
+    require_target("webgpu")
+    out = _run("webgpu-plans", "--shapes", "16,64,8,8,32;2,8,3,3,4", "--rounds", "1")
+    assert out.returncode == 0, out.stderr
+    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines() if re.match(r"\s*\d+x", line)}
+    assert set(rows) == {"16x64x8x8", "2x8x3x3"}
+    big, odd = rows["16x64x8x8"], rows["2x8x3x3"]
+    assert big[1] == "split" and all(re.fullmatch(NUMBER, v) for v in big[2:])
+    # HW = 9 is no multiple of 4: the split plan does not take it, and the row says so
+    assert odd[1] == "*" and odd[2] == "fused" and "does not take this shape" in out.stdout
+    bad = _run("webgpu-plans", "--shapes", "2,3,4")
+    assert bad.returncode == 2 and "--shapes" in bad.stderr
