@@ -524,7 +524,7 @@ def _x8_key(key, units_even):
 
 def _forward_split_nhwc(ctx, x, y, mean, rstd, plan, affine_binds, eps, silu, affine, key):
     sp = NhwcSplitPlan(plan, ctx.cpu_adapter)
-    key = _x8_key(key, plan.C % 8 == 0)
+    key = _x8_key(key, sp.KQ % 2 == 0)  # quads loaded in pairs (KQ even: C % 8 == 0)
     aux = Scratch(ctx, plan.N * plan.G * 16)
     part_per_group = sp.part_bytes_per_group(2)
     dt = {"X": key, "Y": key}
@@ -555,7 +555,7 @@ def _forward_split_nhwc(ctx, x, y, mean, rstd, plan, affine_binds, eps, silu, af
 
 def _backward_split_nhwc(ctx, x, dy, dx, mean, rstd, plan, affine_binds, silu, use_w, key):
     sp = NhwcSplitPlan(plan, ctx.cpu_adapter)
-    key = _x8_key(key, plan.C % 8 == 0)
+    key = _x8_key(key, sp.KQ % 2 == 0)
     ws = Workspace(ctx, plan, sp.part_bytes_per_group(3))
     dt = {"X": key, "DY": key, "DX": key}
     kernel = "group_norm_split_nhwc_backward.wgsl"
