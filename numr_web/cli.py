@@ -52,24 +52,23 @@ def _cmd_bench(args) -> int:
 # -- argument types: a bad value is one argparse error line naming the flag (exit 2), before any work
 
 
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _int_at_least(low, what):
+    """An argparse type: an int of at least ``low``, else one line saying ``what`` it takes."""
+
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _count(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number of processes (0 or more), got {text!r}")
-    return value
+_positive_int = _int_at_least(1, "a positive integer")
+_count = _int_at_least(0, "a number of processes (0 or more)")
 
 
 #: the demo's sample tensor has this many channels
