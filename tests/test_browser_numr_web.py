@@ -609,7 +609,7 @@ def test_browser_bench_runs(wheel):
     assert os.access(script, os.X_OK), "scripts/browser-bench must be executable"
     out_json = wheel.parent / "bench.json"
     out = subprocess.run(
-        [sys.executable, str(script), *"--shapes 1,64,16,16,8 --repeat 3 --dtype float32,bfloat16".split()]
+        [sys.executable, str(script), *"--shapes 1,64,16,16,8 --repeat 3 --runs 2 --dtype float32,bfloat16".split()]
         + ["--wheel", str(wheel), "--json", str(out_json)],
         capture_output=True,
         text=True,
@@ -620,7 +620,9 @@ def test_browser_bench_runs(wheel):
     assert report["adapter"] and "adapter" in out.stdout
     assert report["timing"] == "end-to-end" and report["dtypes"] == ["float32", "bfloat16"], report
     assert [r["dtype"] for r in report["rows"]] == ["float32", "bfloat16"]
-    for row in report["rows"]:
+    assert len(report["runs"]) == 2 and report["runs"][0] == report["rows"], report["runs"]
+    assert [r["dtype"] for r in report["runs"][1]] == ["float32", "bfloat16"]
+    for row in report["rows"] + report["runs"][1]:
         assert row["shape"] == [1, 64, 16, 16] and row["groups"] == 8 and row["layout"] == "nchw"
         assert row["timing"] == "end-to-end" and row["webgpu_plan"] == "auto", row
         assert set(row["copy_variants_ms"]) == {"copy_vec4", "copy_ranges", "copy_grid"}, row
@@ -635,8 +637,8 @@ def test_browser_bench_runs(wheel):
         # a backward that numr_web cannot run here is reported with its error (test_backward_in_browser fails for it)
         assert (row["backward_ms"] or 0) > 0 and 0 < row["backward_of_copy"] < 10 or row["failed"].get("backward"), row
     printed = [line for line in out.stdout.splitlines() if line.startswith("1,64,16,16 G=8 ")]
-    assert len(printed) == 2 and all("nchw" in line for line in printed), out.stdout
-    assert "float32" in printed[0] and "bfloat16" in printed[1], out.stdout
+    assert len(printed) == 4 and all("nchw" in line for line in printed), out.stdout
+    assert "float32" in printed[0] and "bfloat16" in printed[1] and "run 2/2" in out.stdout, out.stdout
 
 
 if __name__ == "__main__":

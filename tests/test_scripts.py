@@ -228,7 +228,12 @@ def test_bench_table_prints_one_table_per_adapter(tmp_path):
     ]
     browser_rows.append({"shape": [8, 64, 56, 56], "groups": 32, "layout": "nchw", "dtype": "float32"})
     browser_rows[-1] |= {"forward_of_copy": 0.43, "backward_of_copy": None, "copy_variant": "copy_vec4"}
-    browser = {"chromium": "156", "pyodide": "314", "repeat": 7, "timing": "end-to-end", "rows": browser_rows}
+    # three runs: the table shows each cell's median over them, not the first run's
+    runs = [[dict(r) for r in browser_rows] for _ in range(3)]
+    for run, f in zip(runs, (0.50, 0.65, 0.61)):
+        run[0]["forward_of_copy"] = f
+    browser = {"chromium": "156", "pyodide": "314", "repeat": 7, "timing": "end-to-end", "rows": runs[0]}
+    browser["runs"] = runs
     (tmp_path / "webgpu-browser-swiftshader.json").write_text(
         json.dumps(browser | {"command": "scripts/browser-bench"})
     )
@@ -265,9 +270,9 @@ def test_bench_table_prints_one_table_per_adapter(tmp_path):
     )
     assert "timing device (4 calls per wait" in lava[2] and "yardstick copy_vec4 (the faster of" in lava[2], lava[2]
     (browser_note,) = [n for n in notes if "webgpu-browser" in n]  # one per file, the yardstick per row
-    assert "medians of 7 rounds, timing end-to-end, `scripts/browser-bench`" in browser_note, browser_note
+    assert "3 runs of 7 rounds (medians), timing end-to-end, `scripts/browser-bench`" in browser_note, browser_note
     which = "NCHW, float32: copy_grid at 1 shape, copy_vec4 at 1 shape; channels-last, bfloat16: copy_grid"
-    assert browser_note.endswith("; yardstick: " + which), browser_note
+    assert browser_note.endswith("; yardstick (first run): " + which), browser_note
 
 
 def test_bench_table_refuses_a_folder_without_rows(tmp_path):
