@@ -273,6 +273,9 @@ def test_bench_table_prints_one_table_per_adapter(tmp_path):
     assert "3 runs of 7 rounds (medians), timing end-to-end, `scripts/browser-bench`" in browser_note, browser_note
     which = "NCHW, float32: copy_grid at 1 shape, copy_vec4 at 1 shape; channels-last, bfloat16: copy_grid"
     assert browser_note.endswith("; yardstick (first run): " + which), browser_note
+    spread = _run("bench-table", "--dir", str(tmp_path), "--spread")
+    assert "| NCHW, float32 | 0.70 (0.50-0.90) / 0.30 (0.20-0.40) | 0.70 (0.50-0.90)" in spread.stdout, spread.stdout
+    assert "| channels-last, bfloat16 | 0.61 (0.50-0.65) / 0.62 |" in spread.stdout, spread.stdout
 
 
 def test_bench_table_refuses_a_folder_without_rows(tmp_path):
