@@ -1326,3 +1326,36 @@ def test_host_built_kernels_are_deterministic(host_kernels):
         assert np.array_equal(a, c)
     # the split-group tickets are handed back zeroed (the buffer is reused without a memset)
     assert be._tickets and not be._tickets[(0, 0)].any()
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize(
+    ("scale", "dtype", "groups", "eps"),
+    [("3e38", np.float32, 2, 1e-5), (1e160, np.float64, 2, 1e-5), (1e200, np.float64, 2, 1e-5)]
+    + [(1e300, np.float64, 2, 1e-5), (1e-300, np.float64, 2, 0.0), (1e-20, np.float32, 4, 0.0)],
+)
+def test_host_built_kernels_at_the_ends_of_the_range(host_kernels, scale, dtype, groups, eps, layout):
+    """Against tests/test_hard_inputs.py's exact-rational oracle: float32 values near +-3e38 of both
+    signs (x - mean passes the largest float), float64 far beyond the square root of its range
+    either way, and eps = 0 with a float32 spread of 1e-20."""
+    from oracle import channels_last
+    from test_hard_inputs import exact
+
+    rng = np.random.default_rng(1234)
+    if scale == "3e38":
+        x = np.where(rng.random((2, 8, 4, 4)) < 0.7, 3e38, -3e38) * rng.uniform(0.5, 1.0, (2, 8, 4, 4))
+    else:
+        x = rng.uniform(-3.0, 3.0, (2, 4, 3, 3) if dtype == np.float64 else (2, 8, 4, 4)) * scale
+    x = x.astype(dtype)
+    dy = rng.standard_normal(x.shape).astype(dtype)
+    y_ref, _, rstd_ref, dx_ref, _, _ = exact(x, groups, eps, dy)
+    be = HostBackend(host_kernels, 8)
+    xl, dyl = (channels_last(x), channels_last(dy)) if layout == "nhwc" else (x, dy)
+    y, mean, rstd = host_forward(be, xl, None, None, groups, eps)
+    dx, _, _ = host_backward(be, dyl, xl, mean, rstd, None, None, groups)
+    tol = 1e-6 if dtype == np.float32 else 1e-14
+    for name, got, want in (("y", y, y_ref), ("rstd", rstd, rstd_ref), ("dx", dx, dx_ref)):
+        got = np.asarray(got, np.float64)
+        assert np.isfinite(got).all(), f"{name}: not finite"
+        err = np.abs(got - want).max() / max(np.abs(want).max(), 1.0 if name == "y" else 0.0)
+        assert err < tol, f"{name}: error {err:.2e}"

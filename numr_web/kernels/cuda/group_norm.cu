@@ -198,6 +198,50 @@ __device__ __forceinline__ void block_sum2(A& a, A& b) {
     __syncthreads();  // the shared slots may be reused by the next call
 }
 
+// The largest of the block's values (NaN ignored); valid in thread 0.  Every thread must call it.
+__device__ __forceinline__ double block_max(double v) {
+    __shared__ double sm[NUMR_WARPS];
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const double u = __shfl_down_sync(0xffffffffu, v, o);
+        v = u > v ? u : v;
+    }
+    if (lane == 0) sm[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < NUMR_WARPS ? sm[lane] : 0.0;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const double u = __shfl_down_sync(0xffffffffu, v, o);
+            v = u > v ? u : v;
+        }
+    }
+    __syncthreads();
+    return v;
+}
+
+// 2^-e with m * 2^-e in [0.5, 1) for the largest magnitude m of a group (e clamped to
+// [-1000, 1000]; 1 for 0, inf and NaN): the redo's deviations then stay near 1, so their
+// double squares neither overflow (float64 |x| beyond 1e154) nor underflow (below 1e-154).
+__device__ __forceinline__ double magnitude_scale(double m) {
+    if (!(m > 0.0) || !isfinite(m)) return 1.0;
+    int e = 0;
+    frexp(m, &e);
+    e = e < -1000 ? -1000 : (e > 1000 ? 1000 : e);
+    return ldexp(1.0, -e);
+}
+
+// y = (x - m) * sc + sh, where x - m may pass the largest finite value (float32 data near
+// +-3e38 of both signs): then halved on both sides, which is exact, and the scale doubled.
+template <typename A>
+__device__ __forceinline__ A normalize_affine(A x, A m, A sc, A sh) {
+    const A d = x - m;
+    if (isfinite(d) || !isfinite(x)) return d * sc + sh;
+    return (x * A(0.5) - m * A(0.5)) * (sc * A(2)) + sh;
+}
+
 __device__ __forceinline__ float numr_exp(float v) { return expf(v); }
 __device__ __forceinline__ double numr_exp(double v) { return exp(v); }
 
@@ -234,11 +278,20 @@ struct GroupAddr {
     }
 };
 
+// x - K, or with SCALED x * sc - K (sc a power of two, K already scaled): the redo's deviations.
+template <bool SCALED, typename R, typename A>
+__device__ __forceinline__ R deviation(A a, R K, R sc) {
+    if constexpr (SCALED) return (R)a * sc - K;
+    return (R)a - K;
+}
+
 // s1 += sum(x - K), s2 += sum((x - K)^2) over vectors [begin, end) stepping by
-// `step`, accumulated in R (the accumulation dtype, or double for the redo).
-template <typename T, int LAYOUT, int VEC, typename R>
+// `step`, accumulated in R (the accumulation dtype, or double for the redo); with SCALED the
+// deviations are x * sc - K.
+template <typename T, int LAYOUT, int VEC, typename R, bool SCALED = false>
 __device__ __forceinline__ void accumulate_shifted(const T* __restrict__ x, const GroupAddr<LAYOUT>& ga, R K,
-                                                   numr_u64 begin, numr_u64 end, numr_u64 step, R& s1, R& s2) {
+                                                   numr_u64 begin, numr_u64 end, numr_u64 step, R& s1, R& s2,
+                                                   R sc = R(1)) {
     typedef acc_t<T> A;
     numr_u64 v = begin;
     // four independent loads in flight per thread
@@ -250,7 +303,8 @@ __device__ __forceinline__ void accumulate_shifted(const T* __restrict__ x, cons
         load_vec<T, VEC>(x + ga.vec_offset(v + 3 * step), a3);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
-            const R d0 = (R)a0[k] - K, d1 = (R)a1[k] - K, d2 = (R)a2[k] - K, d3 = (R)a3[k] - K;
+            const R d0 = deviation<SCALED>(a0[k], K, sc), d1 = deviation<SCALED>(a1[k], K, sc);
+            const R d2 = deviation<SCALED>(a2[k], K, sc), d3 = deviation<SCALED>(a3[k], K, sc);
             s1 += (d0 + d1) + (d2 + d3);
             s2 += (d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3);
         }
@@ -260,7 +314,7 @@ __device__ __forceinline__ void accumulate_shifted(const T* __restrict__ x, cons
         load_vec<T, VEC>(x + ga.vec_offset(v), a);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
-            const R d = (R)a[k] - K;
+            const R d = deviation<SCALED>(a[k], K, sc);
             s1 += d;
             s2 += d * d;
         }
@@ -294,7 +348,7 @@ __device__ __forceinline__ bool fwd_statistics(
     typedef acc_t<T> A;
     __shared__ A sh_K;
     __shared__ int sh_last;
-    __shared__ double sh_mean, sh_var;
+    __shared__ double sh_mean, sh_rstd, sh_scale;
     __shared__ int sh_redo;
 
     const numr_u64 b = blockIdx.x;
@@ -366,34 +420,58 @@ __device__ __forceinline__ bool fwd_statistics(
         double var = t2 / Md - d * d;
         var = var < 0.0 ? 0.0 : var;  // keeps NaN
         sh_mean = (double)K + d;
-        sh_var = var;
-        // a sum that is not finite: float32 overflow (redone in double), or a NaN/inf in the group
-        sh_redo = (d * d > NUMR_POOR_SHIFT_RATIO * var) || !(isfinite(t1) && isfinite(t2));
+        sh_rstd = 1.0 / sqrt(var + eps);
+        // a sum that is not finite: float32 overflow, float64 squares beyond 1e308, or a NaN/inf
+        // in the group; or deviations so small that their squares lost precision or underflowed
+        // (float32 below about 2^-50, float64 below about 2^-450; not a constant group: t1 = t2 = 0)
+        const double tiny = sizeof(A) == 4 ? 0x1p-100 : 0x1p-900;
+        sh_redo = (d * d > NUMR_POOR_SHIFT_RATIO * var) || !(isfinite(t1) && isfinite(t2)) ||
+                  (var < tiny && (t1 != 0.0 || t2 != 0.0));
     }
     __syncthreads();
 
-    if (sh_redo) {  // uniform over the block; rare: a far-off shift, or overflow
+    if (sh_redo) {  // uniform over the block; rare: a far-off shift, overflow or underflow
+        // in double, centred on the computed mean (on the shift K where that is not finite), on
+        // values scaled by a power of two so that the group's largest magnitude is near 1
+        double mx = 0.0;
+        for (numr_u64 v = (numr_u64)tid; v < MV; v += NUMR_BLOCK) {
+            A a[VEC];
+            load_vec<T, VEC>(x + ga.vec_offset(v), a);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) {
+                const double m = fabs((double)a[k]);
+                mx = m > mx ? m : mx;  // NaN ignored
+            }
+        }
+        mx = block_max(mx);
+        if (tid == 0) sh_scale = magnitude_scale(mx);
+        __syncthreads();
+        const double sc = sh_scale;
         const double K2 = isfinite(sh_mean) ? sh_mean : (double)K;
         double r1 = 0.0, r2 = 0.0;
-        accumulate_shifted<T, LAYOUT, VEC, double>(x, ga, K2, (numr_u64)tid, MV, NUMR_BLOCK, r1, r2);
+        accumulate_shifted<T, LAYOUT, VEC, double, true>(x, ga, K2 * sc, (numr_u64)tid, MV, NUMR_BLOCK, r1, r2,
+                                                         sc);
         block_sum2(r1, r2);
         if (tid == 0) {
             const double Md = (double)M;
-            const double d = r1 / Md;
+            const double d = r1 / Md;  // in units of 1/sc
             double var = r2 / Md - d * d;
             var = var < 0.0 ? 0.0 : var;
-            sh_mean = K2 + d;
-            sh_var = var;
+            sh_mean = K2 + d / sc;
+            // rstd = 1/sqrt(var/sc^2 + eps) without forming var/sc^2 (beyond double's range for
+            // float64 |x| ~ 1e160); where eps sc^2 overflows, var/sc^2 is negligible beside eps
+            const double q = eps * sc * sc;
+            sh_rstd = isfinite(q) ? sc / sqrt(var + q) : 1.0 / sqrt(eps + var / sc / sc);
             if (!(isfinite(r1) && isfinite(r2))) {  // a NaN or an infinity in the group
                 sh_mean = (r1 - r1) + (r2 - r2);  // NaN: one of them is NaN or infinite
-                sh_var = sh_mean;
+                sh_rstd = sh_mean;
             }
         }
         __syncthreads();
     }
 
     const double mean = sh_mean;
-    const double rstd = 1.0 / sqrt(sh_var + eps);
+    const double rstd = sh_rstd;
     const A mean_hi = (A)mean;
     const double mean_lo = (double)(A)(mean - (double)mean_hi);
     if (tid == 0) {
@@ -465,7 +543,7 @@ gn_fwd_fused(const T* __restrict__ x, T* __restrict__ y, const acc_t<T>* __restr
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
             const numr_u64 nc = nc_base + (LAYOUT == 0 ? cc0 : cc0 + k);
-            A z = (a[k] - params[nc]) * params[NC + nc] + params[2 * NC + nc];
+            A z = normalize_affine(a[k], params[nc], params[NC + nc], params[2 * NC + nc]);
             if constexpr (SILU != 0) z = silu(z);
             a[k] = z;
         }
@@ -518,7 +596,7 @@ gn_fwd_apply(const T* __restrict__ x, T* __restrict__ y, const acc_t<T>* __restr
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
             const numr_u64 nc = LAYOUT == 0 ? nc0 : nc0 + k;
-            A z = (a[k] - params[nc]) * params[NC + nc] + params[2 * NC + nc];
+            A z = normalize_affine(a[k], params[nc], params[NC + nc], params[2 * NC + nc]);
             if constexpr (SILU != 0) z = silu(z);
             a[k] = z;
         }
