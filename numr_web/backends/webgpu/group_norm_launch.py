@@ -16,6 +16,30 @@ WG = 64  # threads per (n, g) workgroup
 F32 = as_dtype("float32")
 
 
+def pack_params(plan, a, p, items, steps, x_base, g_first, ngroups, eps=0.0, workspace=None) -> bytes:
+    """The kernels' parameter block (``struct Params``, group_norm_common.wgsl): the shape facts
+    of ``plan`` (a GroupPlan), the cut (A, P, items, steps), the chunk and eps, 1 / M and the
+    backward's workspace offsets."""
+    return struct.pack(
+        "<12I2f2I",
+        plan.C,
+        plan.HW,
+        plan.G,
+        plan.channels_per_group,
+        a,
+        p,
+        items,
+        steps,
+        x_base,
+        g_first,
+        ngroups,
+        plan.M,
+        float(eps),
+        1.0 / plan.M if plan.M else 0.0,
+        *(workspace.offsets if workspace else (0, 0)),
+    )
+
+
 @lru_cache(maxsize=1024)
 def plan_pieces(a_count: int, steps: int, wg: int = WG) -> int:
     """Pieces per row so that a_count * P items spread evenly over ``wg`` threads.
@@ -138,24 +162,7 @@ class GroupPlan:
             u0 = u1
 
     def params(self, x_base, g_first, ngroups, eps=0.0, workspace=None):
-        return struct.pack(
-            "<12I2f2I",
-            self.C,
-            self.HW,
-            self.G,
-            self.channels_per_group,
-            self.A,
-            self.P,
-            self.items,
-            self.steps,
-            x_base,
-            g_first,
-            ngroups,
-            self.M,
-            float(eps),
-            1.0 / self.M if self.M else 0.0,
-            *(workspace.offsets if workspace else (0, 0)),
-        )
+        return pack_params(self, self.A, self.P, self.items, self.steps, x_base, g_first, ngroups, eps, workspace)
 
     def flat_params(self, x_base, g_first, count):
         return struct.pack(
@@ -288,24 +295,8 @@ class SplitPlan:
 
     def params(self, per_thread, x_base, g_first, ngroups, eps=0.0, workspace=None):
         plan = self.plan
-        return struct.pack(
-            "<12I2f2I",
-            plan.C,
-            plan.HW,
-            plan.G,
-            plan.channels_per_group,
-            per_thread,
-            self.P,
-            ngroups * plan.channels_per_group * self.P,
-            self.steps,
-            x_base,
-            g_first,
-            ngroups,
-            plan.M,
-            float(eps),
-            1.0 / plan.M,
-            *(workspace.offsets if workspace else (0, 0)),
-        )
+        items = ngroups * plan.channels_per_group * self.P
+        return pack_params(plan, per_thread, self.P, items, self.steps, x_base, g_first, ngroups, eps, workspace)
 
     def constants(self, silu, affine, **flags):
         return {
@@ -330,6 +321,22 @@ class SplitPlan:
         return max(1, -(-threads // self.wg))
 
 
+def _chunk_binds(ctx, off, size, arrays, affine_binds, whole):
+    """A split kernel's bindings: the chunk's byte range [off, off + size) of each of ``arrays``
+    (x, then y or dy and dx), the affine parameters, then each of ``whole`` bound whole."""
+    return [*((a.buffer, off, size) for a in arrays), *affine_binds, *(_whole(ctx, b) for b in whole)]
+
+
+def _split_passes(ctx, kernel, last, dt, binds, rounds, final, grids, params):
+    """One chunk's split passes: partials then combine under each constants dict of ``rounds``
+    (FIX or REFINE passes), then ``last`` (apply or dx) under ``final``.  ``grids`` and
+    ``params``: the workgroup counts and parameter blocks of partials, combine and ``last``."""
+    for consts in rounds:
+        ctx.launch(kernel, "partials", dt, consts, binds, grids[0], params[0])
+        ctx.launch(kernel, "combine", dt, consts, binds, grids[1], params[1])
+    ctx.launch(kernel, last, dt, final, binds, grids[2], params[2])
+
+
 def _split_nchw(ctx, plan, key):
     """(SplitPlan, storage key): 16-bit storage with HW % 8 == 0 steps 8 elements at a time."""
     x8 = _x8_key(key, plan.HW % 8 == 0)
@@ -346,42 +353,24 @@ def _forward_split(ctx, x, y, mean, rstd, plan, affine_binds, eps, silu, affine,
     inline = plan.M // 4 <= INLINE_REDO_STEPS
     for g_first, ngroups, off, size, x_base, _count in plan.chunks(ctx.max_binding, part_per_group):
         part = Scratch(ctx, ngroups * part_per_group)
-        binds = [
-            (x.buffer, off, size),
-            (y.buffer, off, size),
-            *affine_binds,
-            _whole(ctx, mean),
-            _whole(ctx, rstd),
-            _whole(ctx, aux),
-            _whole(ctx, part),
-        ]
-        for fix in (False,) if inline else (False, True):
-            ctx.launch(
-                "group_norm_split.wgsl",
-                "partials",
-                dt,
-                sp.constants(silu, affine, FIX=fix, INLINE_REDO=inline),
-                binds,
-                sp.workgroups(sp.threads_partials(ngroups)),
-                sp.params(sp.A, x_base, g_first, ngroups, eps),
-            )
-            ctx.launch(
-                "group_norm_split.wgsl",
-                "combine",
-                dt,
-                sp.constants(silu, affine, FIX=fix, INLINE_REDO=inline),
-                binds,
-                sp.workgroups(ngroups),
-                sp.params(1, x_base, g_first, ngroups, eps),
-            )
-        ctx.launch(
+        binds = _chunk_binds(ctx, off, size, (x, y), affine_binds, (mean, rstd, aux, part))
+        _split_passes(
+            ctx,
             "group_norm_split.wgsl",
             "apply",
             dt,
-            sp.constants(silu, affine, FIX=False, INLINE_REDO=inline),
             binds,
-            sp.workgroups(sp.threads_apply(ngroups)),
-            sp.params(sp.run, x_base, g_first, ngroups, eps),
+            [
+                sp.constants(silu, affine, FIX=fix, INLINE_REDO=inline)
+                for fix in ((False,) if inline else (False, True))
+            ],
+            sp.constants(silu, affine, FIX=False, INLINE_REDO=inline),
+            (
+                sp.workgroups(sp.threads_partials(ngroups)),
+                sp.workgroups(ngroups),
+                sp.workgroups(sp.threads_apply(ngroups)),
+            ),
+            [sp.params(per, x_base, g_first, ngroups, eps) for per in (sp.A, 1, sp.run)],
         )
 
 
@@ -390,42 +379,21 @@ def _backward_split(ctx, x, dy, dx, mean, rstd, plan, affine_binds, silu, use_w,
     ws = Workspace(ctx, plan, plan.channels_per_group * sp.P * 16)
     dt = {"X": key, "DY": key, "DX": key}
     for g_first, ngroups, off, size, x_base, _count in ws.chunks:
-        binds = [
-            (x.buffer, off, size),
-            (dy.buffer, off, size),
-            (dx.buffer, off, size),
-            *affine_binds,
-            _whole(ctx, mean),
-            _whole(ctx, rstd),
-            _whole(ctx, ws.scratch),
-        ]
-        for refine in (True, False) if silu else (False,):
-            ctx.launch(
-                "group_norm_split_backward.wgsl",
-                "partials",
-                dt,
-                sp.constants(silu, use_w, REFINE=refine),
-                binds,
-                sp.workgroups(sp.threads_partials(ngroups)),
-                sp.params(sp.A, x_base, g_first, ngroups, workspace=ws),
-            )
-            ctx.launch(
-                "group_norm_split_backward.wgsl",
-                "combine",
-                dt,
-                sp.constants(silu, use_w, REFINE=refine),
-                binds,
-                sp.workgroups(ngroups),
-                sp.params(1, x_base, g_first, ngroups, workspace=ws),
-            )
-        ctx.launch(
+        binds = _chunk_binds(ctx, off, size, (x, dy, dx), affine_binds, (mean, rstd, ws.scratch))
+        _split_passes(
+            ctx,
             "group_norm_split_backward.wgsl",
             "dx",
             dt,
-            sp.constants(silu, use_w, REFINE=False),
             binds,
-            sp.workgroups(sp.threads_apply(ngroups)),
-            sp.params(sp.run, x_base, g_first, ngroups, workspace=ws),
+            [sp.constants(silu, use_w, REFINE=refine) for refine in ((True, False) if silu else (False,))],
+            sp.constants(silu, use_w, REFINE=False),
+            (
+                sp.workgroups(sp.threads_partials(ngroups)),
+                sp.workgroups(ngroups),
+                sp.workgroups(sp.threads_apply(ngroups)),
+            ),
+            [sp.params(per, x_base, g_first, ngroups, workspace=ws) for per in (sp.A, 1, sp.run)],
         )
     return ws
 
@@ -482,25 +450,8 @@ class NhwcSplitPlan:
         return ngroups // self.plan.G * self.P * self.A
 
     def params(self, x_base, g_first, ngroups, eps=0.0, workspace=None):
-        plan = self.plan
-        return struct.pack(
-            "<12I2f2I",
-            plan.C,
-            plan.HW,
-            plan.G,
-            plan.channels_per_group,
-            self.A,
-            self.P,
-            self.threads(ngroups),
-            self.tile,
-            x_base,
-            g_first,
-            ngroups,
-            plan.M,
-            float(eps),
-            1.0 / plan.M,
-            *(workspace.offsets if workspace else (0, 0)),
-        )
+        threads = self.threads(ngroups)
+        return pack_params(self.plan, self.A, self.P, threads, self.tile, x_base, g_first, ngroups, eps, workspace)
 
     def constants(self, silu, affine, **flags):
         return {"NHWC": True, "VEC": 4, "SILU": silu, "AFFINE": affine, "WG": self.wg, "KQ": self.KQ, **flags}
@@ -534,23 +485,23 @@ def _forward_split_nhwc(ctx, x, y, mean, rstd, plan, affine_binds, eps, silu, af
     kernel = "group_norm_split_nhwc.wgsl"
     for g_first, ngroups, off, size, x_base, _count in plan.chunks(ctx.max_binding, part_per_group):
         part = Scratch(ctx, max(ngroups * part_per_group, 32))
-        binds = [
-            (x.buffer, off, size),
-            (y.buffer, off, size),
-            *affine_binds,
-            _whole(ctx, mean),
-            _whole(ctx, rstd),
-            _whole(ctx, aux),
-            _whole(ctx, part),
-        ]
-        threads = sp.threads(ngroups)
+        binds = _chunk_binds(ctx, off, size, (x, y), affine_binds, (mean, rstd, aux, part))
+        grid = sp.workgroups(sp.threads(ngroups))
         params = sp.params(x_base, g_first, ngroups, eps)
-        for fix in (False,) if inline else (False, True):
-            consts = sp.constants(silu, affine, FIX=fix, INLINE_REDO=inline)
-            ctx.launch(kernel, "partials", dt, consts, binds, sp.workgroups(threads), params)
-            ctx.launch(kernel, "combine", dt, consts, binds, sp.workgroups(ngroups), params)
-        consts = sp.constants(silu, affine, FIX=False, INLINE_REDO=inline)
-        ctx.launch(kernel, "apply", dt, consts, binds, sp.workgroups(threads), params)
+        _split_passes(
+            ctx,
+            kernel,
+            "apply",
+            dt,
+            binds,
+            [
+                sp.constants(silu, affine, FIX=fix, INLINE_REDO=inline)
+                for fix in ((False,) if inline else (False, True))
+            ],
+            sp.constants(silu, affine, FIX=False, INLINE_REDO=inline),
+            (grid, sp.workgroups(ngroups), grid),
+            (params,) * 3,
+        )
 
 
 def _backward_split_nhwc(ctx, x, dy, dx, mean, rstd, plan, affine_binds, silu, use_w, key):
@@ -560,23 +511,20 @@ def _backward_split_nhwc(ctx, x, dy, dx, mean, rstd, plan, affine_binds, silu, u
     dt = {"X": key, "DY": key, "DX": key}
     kernel = "group_norm_split_nhwc_backward.wgsl"
     for g_first, ngroups, off, size, x_base, _count in ws.chunks:
-        binds = [
-            (x.buffer, off, size),
-            (dy.buffer, off, size),
-            (dx.buffer, off, size),
-            *affine_binds,
-            _whole(ctx, mean),
-            _whole(ctx, rstd),
-            _whole(ctx, ws.scratch),
-        ]
-        threads = sp.threads(ngroups)
+        binds = _chunk_binds(ctx, off, size, (x, dy, dx), affine_binds, (mean, rstd, ws.scratch))
+        grid = sp.workgroups(sp.threads(ngroups))
         params = sp.params(x_base, g_first, ngroups, workspace=ws)
-        for refine in (True, False) if silu else (False,):
-            consts = sp.constants(silu, use_w, REFINE=refine)
-            ctx.launch(kernel, "partials", dt, consts, binds, sp.workgroups(threads), params)
-            ctx.launch(kernel, "combine", dt, consts, binds, sp.workgroups(ngroups), params)
-        consts = sp.constants(silu, use_w, REFINE=False)
-        ctx.launch(kernel, "dx", dt, consts, binds, sp.workgroups(threads), params)
+        _split_passes(
+            ctx,
+            kernel,
+            "dx",
+            dt,
+            binds,
+            [sp.constants(silu, use_w, REFINE=refine) for refine in ((True, False) if silu else (False,))],
+            sp.constants(silu, use_w, REFINE=False),
+            (grid, sp.workgroups(ngroups), grid),
+            (params,) * 3,
+        )
     return ws
 
 
@@ -602,23 +550,8 @@ class BlockPlan:
 
     def params(self, x_base, g_first, ngroups, eps=0.0, workspace=None):
         plan = self.plan
-        return struct.pack(
-            "<12I2f2I",
-            plan.C,
-            plan.HW,
-            plan.G,
-            plan.channels_per_group,
-            self.A,
-            self.P,
-            self.items,
-            self.GB,
-            x_base,
-            g_first // plan.G,
-            ngroups // self.GB,
-            plan.M,
-            float(eps),
-            1.0 / plan.M if plan.M else 0.0,
-            *(workspace.offsets if workspace else (0, 0)),
+        return pack_params(
+            plan, self.A, self.P, self.items, self.GB, x_base, g_first // plan.G, ngroups // self.GB, eps, workspace
         )
 
     def constants(self, silu, affine):
