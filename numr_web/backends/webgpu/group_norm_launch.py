@@ -337,6 +337,21 @@ def _split_passes(ctx, kernel, last, dt, binds, rounds, final, grids, params):
     ctx.launch(kernel, last, dt, final, binds, grids[2], params[2])
 
 
+def _forward_rounds(sp, silu, affine, inline):
+    """(rounds, final) of a split forward: the partials-and-combine rounds' constants (a FIX
+    round after the first where second sums do not run inline) and apply's."""
+    rounds = [
+        sp.constants(silu, affine, FIX=fix, INLINE_REDO=inline) for fix in ((False,) if inline else (False, True))
+    ]
+    return rounds, sp.constants(silu, affine, FIX=False, INLINE_REDO=inline)
+
+
+def _backward_rounds(sp, silu, use_w):
+    """(rounds, final) of a split backward: a REFINE round first with SILU, then the sums; dx's."""
+    rounds = [sp.constants(silu, use_w, REFINE=refine) for refine in ((True, False) if silu else (False,))]
+    return rounds, sp.constants(silu, use_w, REFINE=False)
+
+
 def _split_nchw(ctx, plan, key):
     """(SplitPlan, storage key): 16-bit storage with HW % 8 == 0 steps 8 elements at a time."""
     x8 = _x8_key(key, plan.HW % 8 == 0)
@@ -360,11 +375,7 @@ def _forward_split(ctx, x, y, mean, rstd, plan, affine_binds, eps, silu, affine,
             "apply",
             dt,
             binds,
-            [
-                sp.constants(silu, affine, FIX=fix, INLINE_REDO=inline)
-                for fix in ((False,) if inline else (False, True))
-            ],
-            sp.constants(silu, affine, FIX=False, INLINE_REDO=inline),
+            *_forward_rounds(sp, silu, affine, inline),
             (
                 sp.workgroups(sp.threads_partials(ngroups)),
                 sp.workgroups(ngroups),
@@ -386,8 +397,7 @@ def _backward_split(ctx, x, dy, dx, mean, rstd, plan, affine_binds, silu, use_w,
             "dx",
             dt,
             binds,
-            [sp.constants(silu, use_w, REFINE=refine) for refine in ((True, False) if silu else (False,))],
-            sp.constants(silu, use_w, REFINE=False),
+            *_backward_rounds(sp, silu, use_w),
             (
                 sp.workgroups(sp.threads_partials(ngroups)),
                 sp.workgroups(ngroups),
@@ -494,11 +504,7 @@ def _forward_split_nhwc(ctx, x, y, mean, rstd, plan, affine_binds, eps, silu, af
             "apply",
             dt,
             binds,
-            [
-                sp.constants(silu, affine, FIX=fix, INLINE_REDO=inline)
-                for fix in ((False,) if inline else (False, True))
-            ],
-            sp.constants(silu, affine, FIX=False, INLINE_REDO=inline),
+            *_forward_rounds(sp, silu, affine, inline),
             (grid, sp.workgroups(ngroups), grid),
             (params,) * 3,
         )
@@ -520,8 +526,7 @@ def _backward_split_nhwc(ctx, x, dy, dx, mean, rstd, plan, affine_binds, silu, u
             "dx",
             dt,
             binds,
-            [sp.constants(silu, use_w, REFINE=refine) for refine in ((True, False) if silu else (False,))],
-            sp.constants(silu, use_w, REFINE=False),
+            *_backward_rounds(sp, silu, use_w),
             (grid, sp.workgroups(ngroups), grid),
             (params,) * 3,
         )

@@ -20,6 +20,8 @@
 // (p.steps = HW / 8; one 16-byte load each with the _x8 storage helpers), else vec4 steps.
 //!include group_norm_common.wgsl
 //!include group_norm_stats.wgsl
+//!include group_norm_split_rows.wgsl
+//!include group_norm_split_stats.wgsl
 @group(0) @binding(0) var<storage, read> X: array<ST_X>;
 @group(0) @binding(1) var<storage, read_write> Y: array<ST_Y>;
 @group(0) @binding(2) var<storage, read> W: array<f32>;
@@ -30,54 +32,18 @@
 @group(0) @binding(7) var<storage, read_write> PART: array<vec2<f32>>;  // (S1, S2) per piece of the chunk
 @group(0) @binding(8) var<uniform> p: Params;
 
-const UNIT_SH: u32 = select(2u, 3u, U8);  // log2 of the elements in a step
-
-fn thread_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
-  return (wid.y * nwg.x + wid.x) * WG + lid;
-}
-
-// Piece pi: vec4 indices u0, u0 + du, ... below u1 into X, and its group inside the chunk.
-// Contiguous pieces (CPU adapters: long runs per thread), or with INTERLEAVE (GPUs) piece pc
-// of a row takes steps pc, pc + P, pc + 2P, ...: neighbouring threads read neighbouring vec4s.
-struct Piece { u0: u32, u1: u32, du: u32, gl: u32 }
-
-fn piece_of(pi: u32) -> Piece {
-  let row = pi / p.P;
-  let pc = pi % p.P;
-  var out: Piece;
-  let rb = (p.x_base >> UNIT_SH) + row * p.steps;
-  if (INTERLEAVE) {
-    out.u0 = rb + pc;
-    out.u1 = rb + p.steps;
-    out.du = p.P;
-  } else {
-    let q = p.steps / p.P;
-    let r = p.steps % p.P;
-    out.u0 = rb + pc * q + min(pc, r);
-    out.u1 = out.u0 + q + select(0u, 1u, pc < r);
-    out.du = 1u;
-  }
-  out.gl = row / p.Cg;
-  return out;
-}
-
 // The group's shift K and scale: its first element and 1, or (FIX) the marked redo's.
 // Returns (k, s, go): go = 0 when FIX and the group needs no second sum.
 fn shift_of(gl: u32) -> vec3<f32> {
-  if (FIX) {
-    let a = AUX[p.g_first + gl];
-    return vec3<f32>(a.x, -a.w, select(0.0, 1.0, a.w < 0.0));
-  }
+  if (FIX) { return marked_shift(p.g_first + gl); }
   return vec3<f32>(ld_X((p.x_base >> 2u) + gl * (p.M >> 2u)).x, 1.0, 1.0);
 }
 
 @compute @workgroup_size(WG)
 fn partials(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
-  let first = thread_index(wid, nwg, lid) * p.A;
-  if (first >= p.items) { return; }
-  let last = min(first + p.A, p.items);
-  for (var pi = first; pi < last; pi++) {
+  let run = thread_items(wid, nwg, lid, p.items);
+  for (var pi = run.x; pi < run.y; pi++) {
     let pc = piece_of(pi);
     let ks = shift_of(pc.gl);
     if (ks.z == 0.0) { continue; }
@@ -117,7 +83,6 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
            @builtin(local_invocation_index) lid: u32) {
   let gl = thread_index(wid, nwg, lid);
   if (gl >= p.ngroups) { return; }
-  let gg = p.g_first + gl;
   let ks = shift_of(gl);
   if (ks.z == 0.0) { return; }
   let per = p.Cg * p.P;
@@ -132,58 +97,36 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     for (; i < bend; i++) { b += PART[i]; }
     s += b;
   }
-  let s1 = s.x;
-  let s2 = s.y;
-  var st = group_stat(ks.x, s1, s2, !FIX);
-  var sc = ks.y;
-  if (st.w != 0.0) {  // only without FIX: the group needs a second sum
-    let r = redo_shift(st);
-    if (!INLINE_REDO) {  // mark it for the FIX passes
-      AUX[gg] = vec4<f32>(r.x, 0.0, 0.0, -r.y);
-      return;
+  finish_group(gl, ks, s);
+}
+
+// A group's second sum (finish_group), by its combine thread: (S1, S2) of x sc - k, vec4 steps.
+fn redo_sums(gl: u32, k: f32, sc: f32) -> vec2<f32> {
+  let u0 = (p.x_base >> 2u) + gl * (p.M >> 2u);
+  let u1 = u0 + (p.M >> 2u);
+  var t1 = vec4<f32>(0.0);
+  var t2 = vec4<f32>(0.0);
+  var u = u0;
+  loop {
+    if (u >= u1) { break; }
+    let uend = min(u + 32u, u1);
+    var b1 = vec4<f32>(0.0);
+    var b2 = vec4<f32>(0.0);
+    for (; u < uend; u++) {
+      let d = ld_X(u) * sc - k;
+      b1 += d;
+      b2 += d * d;
     }
-    // small groups: this thread sums the whole group again (within the loop limit)
-    sc = r.y;
-    let k = r.x * sc;
-    let u0 = (p.x_base >> 2u) + gl * (p.M >> 2u);
-    let u1 = u0 + (p.M >> 2u);
-    var t1 = vec4<f32>(0.0);
-    var t2 = vec4<f32>(0.0);
-    var u = u0;
-    loop {
-      if (u >= u1) { break; }
-      let uend = min(u + 32u, u1);
-      var b1 = vec4<f32>(0.0);
-      var b2 = vec4<f32>(0.0);
-      for (; u < uend; u++) {
-        let d = ld_X(u) * sc - k;
-        b1 += d;
-        b2 += d * d;
-      }
-      t1 += b1;
-      t2 += b2;
-    }
-    st = group_stat(r.x, dot(t1, vec4<f32>(1.0)), dot(t2, vec4<f32>(1.0)), false);
+    t1 += b1;
+    t2 += b2;
   }
-  let aux = group_aux(st, sc);
-  MEAN[gg] = (aux.x * sc + aux.y) / sc;
-  RSTD[gg] = aux.z * sc;
-  AUX[gg] = aux;
+  return vec2<f32>(dot(t1, vec4<f32>(1.0)), dot(t2, vec4<f32>(1.0)));
 }
 
 @compute @workgroup_size(WG)
 fn apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_index) lid: u32) {
-  let total = p.ngroups * (p.M >> UNIT_SH);
-  let xb = p.x_base >> UNIT_SH;
-  if (INTERLEAVE) {  // GPUs: one step per thread
-    let t = thread_index(wid, nwg, lid);
-    if (t < total) { apply_run(t, t + 1u, xb); }
-    return;
-  }
-  let first = thread_index(wid, nwg, lid) * p.A;
-  if (first >= total) { return; }
-  apply_run(first, min(first + p.A, total), xb);
+  elementwise_pass(wid, nwg, lid);
 }
 
 fn y_of(x: vec4<f32>, sc: f32, hs: f32, scale: vec4<f32>, shift: vec4<f32>) -> vec4<f32> {
@@ -193,7 +136,7 @@ fn y_of(x: vec4<f32>, sc: f32, hs: f32, scale: vec4<f32>, shift: vec4<f32>) -> v
 }
 
 // y over steps [first, last) of the chunk, row by row.
-fn apply_run(first: u32, last: u32, xb: u32) {
+fn write_steps(first: u32, last: u32, xb: u32) {
   var t = first;
   loop {
     if (t >= last) { break; }

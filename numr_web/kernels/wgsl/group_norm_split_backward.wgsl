@@ -11,9 +11,12 @@
 //   dx:       every thread writes A consecutive vec4s of dx, row by row.
 // dweight and dbias come from DSDB and COEF (group_norm_dweight.wgsl), as for the fused plan.
 // Constants: NHWC = false, VEC = 4, SILU, AFFINE, WG, REFINE, INTERLEAVE, U8 (8-element
-// steps, as in group_norm_split.wgsl).
+// steps, as in group_norm_split.wgsl).  The combine entry point and dz: group_norm_split_grad.wgsl;
+// the cut: group_norm_split_rows.wgsl.
 //!include group_norm_common.wgsl
 //!include group_norm_coef.wgsl
+//!include group_norm_split_rows.wgsl
+//!include group_norm_split_grad.wgsl
 @group(0) @binding(0) var<storage, read> X: array<ST_X>;
 @group(0) @binding(1) var<storage, read> DY: array<ST_DY>;
 @group(0) @binding(2) var<storage, read_write> DX: array<ST_DX>;
@@ -23,22 +26,6 @@
 @group(0) @binding(6) var<storage, read> RSTD: array<f32>;
 @group(0) @binding(7) var<storage, read_write> WS: array<vec4<f32>>;  // workspace: PART from 0, DSDB at p.dsdb_at, COEF at p.coef_at
 @group(0) @binding(8) var<uniform> p: Params;
-
-const UNIT_SH: u32 = select(2u, 3u, U8);  // log2 of the elements in a step
-
-fn thread_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
-  return (wid.y * nwg.x + wid.x) * WG + lid;
-}
-
-fn refine(mean: f32, rstd: f32) -> bool { return SILU && abs(mean) * rstd > REFINE_MEAN_ABOVE; }
-
-// dL/dz from dy; z = scale*xc + shift is the pre-activation (SILU only).
-fn dz_of(dy: vec4<f32>, xc: vec4<f32>, scale: vec4<f32>, shift: vec4<f32>) -> vec4<f32> {
-  if (!SILU) { return dy; }
-  let z = xc * scale + shift;
-  let s = 1.0 / (1.0 + exp(-z));
-  return dy * s * (1.0 + z * (1.0 - s));
-}
 
 // What a row needs: its channel, group, the group's mean * s, s, rstd / s, and the row's
 // scale (w rstd / s) and shift (b - zlo scale) of z.
@@ -63,29 +50,14 @@ fn row_of(row: u32) -> Row {
 @compute @workgroup_size(WG)
 fn partials(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
-  let first = thread_index(wid, nwg, lid) * p.A;
-  if (first >= p.items) { return; }
-  let last = min(first + p.A, p.items);
-  let q = p.steps / p.P;
-  let r = p.steps % p.P;
-  for (var pi = first; pi < last; pi++) {
-    let row = pi / p.P;
-    let pc = pi % p.P;
-    // contiguous pieces, or (INTERLEAVE, GPUs) steps pc, pc + P, ...: neighbours read neighbours
-    let rb = (p.x_base >> UNIT_SH) + row * p.steps;
-    var u0 = rb + pc * q + min(pc, r);
-    var u1 = u0 + q + select(0u, 1u, pc < r);
-    var du = 1u;
-    if (INTERLEAVE) {
-      u0 = rb + pc;
-      u1 = rb + p.steps;
-      du = p.P;
-    }
-    let R = row_of(row);
+  let run = thread_items(wid, nwg, lid, p.items);
+  for (var pi = run.x; pi < run.y; pi++) {
+    let pc = piece_of(pi);
+    let R = row_of(pc.row);
     if (REFINE) {
       if (!refine(MEAN[R.gg], RSTD[R.gg])) { continue; }
       var res = vec4<f32>(0.0);
-      for (var u = u0; u < u1; u += du) {
+      for (var u = pc.u0; u < pc.u1; u += pc.du) {
         if (U8) {
           let m = ld8_X(u);
           res += (m[0] * R.sc - R.ms) + (m[1] * R.sc - R.ms);
@@ -99,7 +71,7 @@ fn partials(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     var ds = vec4<f32>(0.0);
     var db = vec4<f32>(0.0);
     var res = vec4<f32>(0.0);
-    for (var u = u0; u < u1; u += du) {
+    for (var u = pc.u0; u < pc.u1; u += pc.du) {
       if (U8) {
         let mx = ld8_X(u);
         let my = ld8_DY(u);
@@ -138,60 +110,15 @@ fn piece_total(first: u32, count: u32) -> vec4<f32> {
   return s;
 }
 
-@compute @workgroup_size(WG)
-fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-           @builtin(local_invocation_index) lid: u32) {
-  let gl = thread_index(wid, nwg, lid);
-  if (gl >= p.ngroups) { return; }
-  let gg = p.g_first + gl;
-  let n = gg / p.G;
-  let g = gg % p.G;
-  let mean = MEAN[gg];
-  let rstd = RSTD[gg];
-  let sc = rstd_scale(rstd);
-  let first = gl * p.Cg * p.P;
-  if (REFINE) {
-    var zlo = 0.0;
-    if (refine(mean, rstd)) {
-      zlo = mean_low_part(mean, piece_total(first, p.Cg * p.P).x, p.inv_m, sc);
-    }
-    WS[p.coef_at + gg] = vec4<f32>(0.0, 0.0, 0.0, zlo);
-    return;
-  }
-  var sg = 0.0;
-  var sgx = 0.0;
-  var res = 0.0;
-  for (var j = 0u; j < p.Cg; j++) {
-    let v = piece_total(first + j * p.P, p.P);
-    let ds = v.x;
-    let db = v.y;
-    res += v.z;
-    let c = g * p.Cg + j;
-    WS[p.dsdb_at + n * p.C + c] = vec4<f32>(ds, db, 0.0, 0.0);
-    var w = 1.0;
-    if (AFFINE) { w = W[c]; }
-    sgx += w * ds;
-    sg += w * db;
-  }
-  var zlo = 0.0;
-  if (SILU) { zlo = WS[p.coef_at + gg].w; }
-  let cf = backward_coefficients(mean, rstd, sgx, sg, res, p.inv_m, sc);
-  WS[p.coef_at + gg] = vec4<f32>(cf, zlo);
-}
+// combine's totals (group_norm_split_grad.wgsl): channel j's pieces; the group's pieces in one
+// run (REFINE)
+fn channel_sums(gl: u32, j: u32) -> vec3<f32> { return piece_total(gl * p.Cg * p.P + j * p.P, p.P).xyz; }
+fn group_resid(gl: u32) -> f32 { return piece_total(gl * p.Cg * p.P, p.Cg * p.P).x; }
 
 @compute @workgroup_size(WG)
 fn dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
       @builtin(local_invocation_index) lid: u32) {
-  let total = p.ngroups * (p.M >> UNIT_SH);
-  let xb = p.x_base >> UNIT_SH;
-  if (INTERLEAVE) {  // GPUs: one step per thread
-    let t = thread_index(wid, nwg, lid);
-    if (t < total) { dx_run(t, t + 1u, xb); }
-    return;
-  }
-  let first = thread_index(wid, nwg, lid) * p.A;
-  if (first >= total) { return; }
-  dx_run(first, min(first + p.A, total), xb);
+  elementwise_pass(wid, nwg, lid);
 }
 
 fn dx_of(x: vec4<f32>, dy: vec4<f32>, R: Row, cf: vec4<f32>) -> vec4<f32> {
@@ -201,7 +128,7 @@ fn dx_of(x: vec4<f32>, dy: vec4<f32>, R: Row, cf: vec4<f32>) -> vec4<f32> {
 }
 
 // dx over steps [first, last) of the chunk, row by row.
-fn dx_run(first: u32, last: u32, xb: u32) {
+fn write_steps(first: u32, last: u32, xb: u32) {
   var t = first;
   loop {
     if (t >= last) { break; }

@@ -23,6 +23,8 @@
 // Constants: NHWC = true, VEC = 4, SILU, AFFINE, WG, KQ, FIX, INLINE_REDO.
 //!include group_norm_common.wgsl
 //!include group_norm_stats.wgsl
+//!include group_norm_split_tiles.wgsl
+//!include group_norm_split_stats.wgsl
 @group(0) @binding(0) var<storage, read> X: array<ST_X>;
 @group(0) @binding(1) var<storage, read_write> Y: array<ST_Y>;
 @group(0) @binding(2) var<storage, read> W: array<f32>;
@@ -33,44 +35,12 @@
 @group(0) @binding(7) var<storage, read_write> PART: array<vec4<f32>>;  // (S1, S2) per (sample, tile, quad)
 @group(0) @binding(8) var<uniform> p: Params;
 
-fn thread_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
-  return (wid.y * nwg.x + wid.x) * WG + lid;
-}
-
-// A thread's cut: sample nl of the chunk, tile pc, first quad q0, positions [t0, t1), and the
-// vec4 index of (nl, t0, q0) in X.
-struct Cut { nl: u32, pc: u32, q0: u32, t0: u32, t1: u32, u: u32 }
-
-fn cut_of(tid: u32) -> Cut {
-  var o: Cut;
-  let Q = p.C >> 2u;
-  o.q0 = (tid % p.A) * KQ;
-  let rest = tid / p.A;
-  o.pc = rest % p.P;
-  o.nl = rest / p.P;
-  let q = p.HW / p.P;
-  let r = p.HW % p.P;
-  o.t0 = o.pc * q + min(o.pc, r);
-  o.t1 = o.t0 + q + select(0u, 1u, o.pc < r);
-  o.u = (p.x_base >> 2u) + (o.nl * p.HW + o.t0) * Q + o.q0;
-  return o;
-}
-
 fn x_at(e: u32) -> f32 { return ld_X(e >> 2u)[e & 3u]; }
-
-// global group of each lane of quad q in sample nl
-fn lane_groups(nl: u32, q: u32) -> vec4<u32> {
-  let c = vec4<u32>(4u * q) + vec4<u32>(0u, 1u, 2u, 3u);
-  return vec4<u32>(p.g_first + nl * p.G) + c / p.Cg;
-}
 
 // The group's shift K and scale: its first element and 1, or (FIX) the marked redo's.
 // Returns (k, s, go): go = 0 when FIX and the group needs no second sum.
 fn shift_of(gg: u32) -> vec3<f32> {
-  if (FIX) {
-    let a = AUX[gg];
-    return vec3<f32>(a.x, -a.w, select(0.0, 1.0, a.w < 0.0));
-  }
+  if (FIX) { return marked_shift(gg); }
   let gl = gg - p.g_first;
   let nl = gl / p.G;
   return vec3<f32>(x_at(p.x_base + nl * p.HW * p.C + (gl % p.G) * p.Cg), 1.0, 1.0);
@@ -176,8 +146,7 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
            @builtin(local_invocation_index) lid: u32) {
   let gl = thread_index(wid, nwg, lid);
   if (gl >= p.ngroups) { return; }
-  let gg = p.g_first + gl;
-  let ks = shift_of(gg);
+  let ks = shift_of(p.g_first + gl);
   if (ks.z == 0.0) { return; }
   let Q = p.C >> 2u;
   let nl = gl / p.G;
@@ -197,37 +166,27 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     }
     s += b;
   }
-  var st = group_stat(ks.x, s.x, s.y, !FIX);
-  var sc = ks.y;
-  if (st.w != 0.0) {  // only without FIX: the group needs a second sum
-    let r = redo_shift(st);
-    if (!INLINE_REDO) {  // mark it for the FIX passes
-      AUX[gg] = vec4<f32>(r.x, 0.0, 0.0, -r.y);
-      return;
+  finish_group(gl, ks, s);
+}
+
+// A group's second sum (finish_group), by its combine thread: (S1, S2) of x sc - k, scalar
+// loads, position by position.
+fn redo_sums(gl: u32, k: f32, sc: f32) -> vec2<f32> {
+  let e0 = p.x_base + gl / p.G * p.HW * p.C + (gl % p.G) * p.Cg;
+  var t1 = 0.0;
+  var t2 = 0.0;
+  for (var t = 0u; t < p.HW; t++) {
+    var b1 = 0.0;
+    var b2 = 0.0;
+    for (var ch = 0u; ch < p.Cg; ch++) {
+      let d = x_at(e0 + t * p.C + ch) * sc - k;
+      b1 += d;
+      b2 += d * d;
     }
-    // small groups: this thread sums the whole group again (within the loop limit)
-    sc = r.y;
-    let k = r.x * sc;
-    let e0 = p.x_base + nl * p.HW * p.C + c0;
-    var t1 = 0.0;
-    var t2 = 0.0;
-    for (var t = 0u; t < p.HW; t++) {
-      var b1 = 0.0;
-      var b2 = 0.0;
-      for (var ch = 0u; ch < p.Cg; ch++) {
-        let d = x_at(e0 + t * p.C + ch) * sc - k;
-        b1 += d;
-        b2 += d * d;
-      }
-      t1 += b1;
-      t2 += b2;
-    }
-    st = group_stat(r.x, t1, t2, false);
+    t1 += b1;
+    t2 += b2;
   }
-  let aux = group_aux(st, sc);
-  MEAN[gg] = (aux.x * sc + aux.y) / sc;
-  RSTD[gg] = aux.z * sc;
-  AUX[gg] = aux;
+  return vec2<f32>(t1, t2);
 }
 
 // y = (x s - mean_hi s) * scale + shift, lanes per channel: (s, mean_hi s, scale, shift) of quad q

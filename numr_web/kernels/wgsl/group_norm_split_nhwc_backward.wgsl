@@ -11,9 +11,12 @@
 //             group's coefficients -> COEF = (c0, c1, mean_lo, zlo).
 //   dx:       dx = w rstd dz + c1 xc_s + c0 over the same cut, per-channel terms in registers.
 // dweight and dbias come from DSDB and COEF (group_norm_dweight.wgsl), as for the other plans.
-// Constants: NHWC = true, VEC = 4, SILU, AFFINE, WG, KQ, REFINE.
+// Constants: NHWC = true, VEC = 4, SILU, AFFINE, WG, KQ, REFINE.  The combine entry point and
+// dz: group_norm_split_grad.wgsl; the cut: group_norm_split_tiles.wgsl.
 //!include group_norm_common.wgsl
 //!include group_norm_coef.wgsl
+//!include group_norm_split_tiles.wgsl
+//!include group_norm_split_grad.wgsl
 @group(0) @binding(0) var<storage, read> X: array<ST_X>;
 @group(0) @binding(1) var<storage, read> DY: array<ST_DY>;
 @group(0) @binding(2) var<storage, read_write> DX: array<ST_DX>;
@@ -23,34 +26,6 @@
 @group(0) @binding(6) var<storage, read> RSTD: array<f32>;
 @group(0) @binding(7) var<storage, read_write> WS: array<vec4<f32>>;  // workspace: PART from 0, DSDB at p.dsdb_at, COEF at p.coef_at
 @group(0) @binding(8) var<uniform> p: Params;
-
-fn thread_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
-  return (wid.y * nwg.x + wid.x) * WG + lid;
-}
-
-struct Cut { nl: u32, pc: u32, q0: u32, t0: u32, t1: u32, u: u32 }
-
-fn cut_of(tid: u32) -> Cut {
-  var o: Cut;
-  let Q = p.C >> 2u;
-  o.q0 = (tid % p.A) * KQ;
-  let rest = tid / p.A;
-  o.pc = rest % p.P;
-  o.nl = rest / p.P;
-  let q = p.HW / p.P;
-  let r = p.HW % p.P;
-  o.t0 = o.pc * q + min(o.pc, r);
-  o.t1 = o.t0 + q + select(0u, 1u, o.pc < r);
-  o.u = (p.x_base >> 2u) + (o.nl * p.HW + o.t0) * Q + o.q0;
-  return o;
-}
-
-fn lane_groups(nl: u32, q: u32) -> vec4<u32> {
-  let c = vec4<u32>(4u * q) + vec4<u32>(0u, 1u, 2u, 3u);
-  return vec4<u32>(p.g_first + nl * p.G) + c / p.Cg;
-}
-
-fn refine(mean: f32, rstd: f32) -> bool { return SILU && abs(mean) * rstd > REFINE_MEAN_ABOVE; }
 
 // What quad q's lanes need, one lane per channel: xc_s = x * sc - ms; z = xc_s * scale + shift
 // (SILU); dx = alpha * dz + c1 * xc_s + c0; go: some lane's group needs the REFINE sum.
@@ -90,21 +65,13 @@ fn quad_dx(nl: u32, q: u32) -> Quad {
   return o;
 }
 
-// dL/dz from dy (SILU: z rebuilt from xc_s)
-fn dz_of(dy: vec4<f32>, xc: vec4<f32>, k: Quad) -> vec4<f32> {
-  if (!SILU) { return dy; }
-  let z = xc * k.scale + k.shift;
-  let s = 1.0 / (1.0 + exp(-z));
-  return dy * s * (1.0 + z * (1.0 - s));
-}
-
 // One quad's step of the sums from its x and dy: columns 0 ds, 1 db, 2 sum xc_s (REFINE:
 // column 2 only).
 fn step_sums(acc: ptr<function, mat3x4<f32>>, x: vec4<f32>, dy: vec4<f32>, k: Quad) {
   let xc = x * k.sc - k.ms;
   (*acc)[2] += xc;
   if (!REFINE) {
-    let dz = dz_of(dy, xc, k);
+    let dz = dz_of(dy, xc, k.scale, k.shift);
     (*acc)[0] += dz * xc;
     (*acc)[1] += dz;
   }
@@ -187,51 +154,24 @@ fn channel_total(nl: u32, c: u32, f: u32) -> f32 {
   return s;
 }
 
-@compute @workgroup_size(WG)
-fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-           @builtin(local_invocation_index) lid: u32) {
-  let gl = thread_index(wid, nwg, lid);
-  if (gl >= p.ngroups) { return; }
-  let gg = p.g_first + gl;
+// combine's totals (group_norm_split_grad.wgsl): channel j's (ds, db, sum xc_s); the group's
+// sum xc_s channel by channel (REFINE)
+fn channel_sums(gl: u32, j: u32) -> vec3<f32> {
   let nl = gl / p.G;
-  let n = gg / p.G;
-  let g = gg % p.G;
-  let mean = MEAN[gg];
-  let rstd = RSTD[gg];
-  let sc = rstd_scale(rstd);
-  if (REFINE) {
-    var zlo = 0.0;
-    if (refine(mean, rstd)) {
-      var res = 0.0;
-      for (var j = 0u; j < p.Cg; j++) { res += channel_total(nl, g * p.Cg + j, 2u); }
-      zlo = mean_low_part(mean, res, p.inv_m, sc);
-    }
-    WS[p.coef_at + gg] = vec4<f32>(0.0, 0.0, 0.0, zlo);
-    return;
-  }
-  var sg = 0.0;
-  var sgx = 0.0;
+  let c = (p.g_first + gl) % p.G * p.Cg + j;
+  return vec3<f32>(channel_total(nl, c, 0u), channel_total(nl, c, 1u), channel_total(nl, c, 2u));
+}
+fn group_resid(gl: u32) -> f32 {
+  let nl = gl / p.G;
+  let c0 = (p.g_first + gl) % p.G * p.Cg;
   var res = 0.0;
-  for (var j = 0u; j < p.Cg; j++) {
-    let c = g * p.Cg + j;
-    let ds = channel_total(nl, c, 0u);
-    let db = channel_total(nl, c, 1u);
-    res += channel_total(nl, c, 2u);
-    WS[p.dsdb_at + n * p.C + c] = vec4<f32>(ds, db, 0.0, 0.0);
-    var w = 1.0;
-    if (AFFINE) { w = W[c]; }
-    sgx += w * ds;
-    sg += w * db;
-  }
-  var zlo = 0.0;
-  if (SILU) { zlo = WS[p.coef_at + gg].w; }
-  let cf = backward_coefficients(mean, rstd, sgx, sg, res, p.inv_m, sc);
-  WS[p.coef_at + gg] = vec4<f32>(cf, zlo);
+  for (var j = 0u; j < p.Cg; j++) { res += channel_total(nl, c0 + j, 2u); }
+  return res;
 }
 
 fn dx_of(x: vec4<f32>, dy: vec4<f32>, k: Quad) -> vec4<f32> {
   let xc = x * k.sc - k.ms;
-  return k.alpha * dz_of(dy, xc, k) + k.c1 * xc + k.c0;
+  return k.alpha * dz_of(dy, xc, k.scale, k.shift) + k.c1 * xc + k.c0;
 }
 
 @compute @workgroup_size(WG)

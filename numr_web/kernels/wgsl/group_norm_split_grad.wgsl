@@ -1,0 +1,58 @@
+// The split backward's shared parts (group_norm_split_backward.wgsl,
+// group_norm_split_nhwc_backward.wgsl): dL/dz, the REFINE test and the combine pass (entry
+// point `combine`, one thread per group).  Needs MEAN, RSTD, W, WS, thread_index, the
+// constants SILU, AFFINE, REFINE, and the kernel's channel_sums(gl, j) (channel j's totals
+// (ds, db, sum xc_s)) and group_resid(gl) (the group's sum xc_s in the kernel's order: REFINE).
+
+fn refine(mean: f32, rstd: f32) -> bool { return SILU && abs(mean) * rstd > REFINE_MEAN_ABOVE; }
+
+// dL/dz from dy; z = scale*xc + shift is the pre-activation (SILU only).
+fn dz_of(dy: vec4<f32>, xc: vec4<f32>, scale: vec4<f32>, shift: vec4<f32>) -> vec4<f32> {
+  if (!SILU) { return dy; }
+  let z = xc * scale + shift;
+  let s = 1.0 / (1.0 + exp(-z));
+  return dy * s * (1.0 + z * (1.0 - s));
+}
+
+// Group gl of the chunk, channels in order (fixed order, bitwise repeatable): REFINE: zlo ->
+// COEF.w; else per channel (ds, db) -> DSDB, then the group's coefficients ->
+// COEF = (c0, c1, mean_lo, zlo), as the fused kernel's thread 0.
+fn combine_group(gl: u32) {
+  let gg = p.g_first + gl;
+  let n = gg / p.G;
+  let g = gg % p.G;
+  let mean = MEAN[gg];
+  let rstd = RSTD[gg];
+  let sc = rstd_scale(rstd);
+  if (REFINE) {
+    var zlo = 0.0;
+    if (refine(mean, rstd)) { zlo = mean_low_part(mean, group_resid(gl), p.inv_m, sc); }
+    WS[p.coef_at + gg] = vec4<f32>(0.0, 0.0, 0.0, zlo);
+    return;
+  }
+  var sg = 0.0;
+  var sgx = 0.0;
+  var res = 0.0;
+  for (var j = 0u; j < p.Cg; j++) {
+    let v = channel_sums(gl, j);
+    res += v.z;
+    let c = g * p.Cg + j;
+    WS[p.dsdb_at + n * p.C + c] = vec4<f32>(v.x, v.y, 0.0, 0.0);
+    var w = 1.0;
+    if (AFFINE) { w = W[c]; }
+    sgx += w * v.x;
+    sg += w * v.y;
+  }
+  var zlo = 0.0;
+  if (SILU) { zlo = WS[p.coef_at + gg].w; }
+  let cf = backward_coefficients(mean, rstd, sgx, sg, res, p.inv_m, sc);
+  WS[p.coef_at + gg] = vec4<f32>(cf, zlo);
+}
+
+@compute @workgroup_size(WG)
+fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+  let gl = thread_index(wid, nwg, lid);
+  if (gl >= p.ngroups) { return; }
+  combine_group(gl);
+}
