@@ -320,6 +320,16 @@ class SplitPlan:
     def workgroups(self, threads):
         return max(1, -(-threads // self.wg))
 
+    def grids(self, ngroups):
+        """Workgroup counts of partials, combine and the elementwise pass (apply, dx)."""
+        partials, apply = self.threads_partials(ngroups), self.threads_apply(ngroups)
+        return self.workgroups(partials), self.workgroups(ngroups), self.workgroups(apply)
+
+    def pass_params(self, x_base, g_first, ngroups, eps=0.0, workspace=None):
+        """Parameter blocks of partials, combine and the elementwise pass (their A: pieces,
+        one group, steps per thread)."""
+        return [self.params(per, x_base, g_first, ngroups, eps, workspace) for per in (self.A, 1, self.run)]
+
 
 def _chunk_binds(ctx, off, size, arrays, affine_binds, whole):
     """A split kernel's bindings: the chunk's byte range [off, off + size) of each of ``arrays``
@@ -376,12 +386,8 @@ def _forward_split(ctx, x, y, mean, rstd, plan, affine_binds, eps, silu, affine,
             dt,
             binds,
             *_forward_rounds(sp, silu, affine, inline),
-            (
-                sp.workgroups(sp.threads_partials(ngroups)),
-                sp.workgroups(ngroups),
-                sp.workgroups(sp.threads_apply(ngroups)),
-            ),
-            [sp.params(per, x_base, g_first, ngroups, eps) for per in (sp.A, 1, sp.run)],
+            sp.grids(ngroups),
+            sp.pass_params(x_base, g_first, ngroups, eps),
         )
 
 
@@ -398,12 +404,8 @@ def _backward_split(ctx, x, dy, dx, mean, rstd, plan, affine_binds, silu, use_w,
             dt,
             binds,
             *_backward_rounds(sp, silu, use_w),
-            (
-                sp.workgroups(sp.threads_partials(ngroups)),
-                sp.workgroups(ngroups),
-                sp.workgroups(sp.threads_apply(ngroups)),
-            ),
-            [sp.params(per, x_base, g_first, ngroups, workspace=ws) for per in (sp.A, 1, sp.run)],
+            sp.grids(ngroups),
+            sp.pass_params(x_base, g_first, ngroups, workspace=ws),
         )
     return ws
 
