@@ -169,11 +169,8 @@ class Context:
             held = self._params_buffer(bytes(params))
             binds.append((held.buffer, 0, held.size))
         groups = grid(workgroups)
-        if getattr(self.transport, "dispatch_bound", None) is None:  # a transport without bind groups to keep
-            self.transport.dispatch(self.dev, pipe, binds, groups)
-            return held
         group = self._bind_group(pipe, binds)
-        if self._batch_depth and hasattr(self.transport, "encode"):
+        if self._batch_depth:
             if self._encoding is None:
                 self._encoding = self.transport.encode(self.dev)
             self.transport.encode_dispatch(self._encoding, pipe, group, groups)
