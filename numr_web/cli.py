@@ -116,6 +116,13 @@ def _check_bench(parser, args):
         parser.error("argument --timing: 'device' needs --backend webgpu or cuda (CPU calls are timed end to end)")
     if args.backend == "webgpu" and args.dtype == "float64":
         parser.error("argument --dtype: WebGPU has no float64 (WGSL); use float32, float16 or bfloat16")
+    if args.ideal and (args.backend != "cpu" or args.dtype not in ("float32", "float64")):
+        parser.error("argument --ideal: needs --backend cpu and --dtype float32 or float64")
+    if args.ideal:
+        import importlib.util
+
+        if importlib.util.find_spec("numba") is None:
+            parser.error("argument --ideal: needs Numba (pip install numba), or leave --ideal out")
     if args.compare == "torch":
         import importlib.util
 
@@ -236,6 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         metavar="K",
         help="start K busy-loop processes before timing and stop them after: a busy machine (default 0)",
+    )
+    b.add_argument(
+        "--ideal",
+        action="store_true",
+        help="also time ideal streaming passes with GroupNorm's bytes (Numba, parallel and one thread): "
+        "the floor under the fused path's figures on a busy machine (CPU backend, float32 or float64)",
     )
     b.set_defaults(fn=_cmd_bench)
 

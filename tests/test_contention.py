@@ -278,3 +278,88 @@ def test_the_chooser_follows_the_faster_mode_and_probes_with_backoff(monkeypatch
         tail.append(which)
         threads._record(entry, which, cost[which], probe)
     assert set(tail) == {threads._SER}  # within the window (and probes are far apart by now)
+
+
+# -- the ideal streaming passes beside the fused calls (numr_web/bench/ideal.py) ---------------------
+def test_ideal_passes_compute_what_they_say_in_both_thread_modes():
+    _fused_or_skip()
+    import numpy as np
+
+    from numr_web.bench import ideal
+
+    rng = np.random.default_rng(3)
+    for dt in (np.float32, np.float64):
+        x = rng.standard_normal((2, 8, 33, 17)).astype(dt)
+        dy = rng.standard_normal(x.shape).astype(dt)
+        fwd, bwd, fwd_s, bwd_s = ideal._kernels()
+        a, b = dt(0.75), dt(0.25)
+        flat_x, flat_dy = x.ravel(), dy.ravel()
+        for f in (fwd, fwd_s):
+            y = np.full_like(flat_x, np.nan)
+            f(flat_x, y, a, b)
+            np.testing.assert_array_equal(y, flat_x * a + b)
+        for f in (bwd, bwd_s):
+            dx = np.full_like(flat_x, np.nan)
+            f(flat_dy, flat_x, dx, a, b)
+            np.testing.assert_array_equal(dx, flat_dy * a + flat_x * b)
+        assert set(ideal.timed_callables(x, dy)) == set(ideal.NAMES)
+
+
+def test_ideal_passes_refuse_what_they_cannot_time():
+    _fused_or_skip()
+    import numpy as np
+
+    from numr_web.bench import ideal
+
+    with pytest.raises(ValueError, match="x, dy: expected arrays of one dtype and size"):
+        ideal.timed_callables(np.zeros(8, np.float32), np.zeros(9, np.float32))
+    with pytest.raises(ValueError, match="x: expected float16, float32 or float64"):
+        ideal.timed_callables(np.zeros(8, np.int32), np.zeros(8, np.int32))
+
+
+def test_bench_ideal_rows_carry_the_passes_beside_the_op(tmp_path):
+    _fused_or_skip()
+    import json
+
+    out = tmp_path / "rows.json"
+    cmd = [sys.executable, "-m", "numr_web.cli", "bench", "--shapes", "2,64,16,16,32", "--repeat", "3"]
+    proc = subprocess.run([*cmd, "--ideal", "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(out.read_text())["rows"]
+    for name in ("ideal_fwd", "ideal_bwd", "ideal_fwd_serial", "ideal_bwd_serial"):
+        assert row[f"{name}_ms"] > 0
+    par = row["ideal_fwd_ms"] + row["ideal_bwd_ms"]
+    ser = row["ideal_fwd_serial_ms"] + row["ideal_bwd_serial_ms"]
+    assert row["ideal_fb_parallel_ms"] == pytest.approx(par)
+    assert row["ideal_fb_serial_ms"] == pytest.approx(ser)
+    assert row["ideal_fb_ms"] == pytest.approx(min(par, ser))
+
+
+@pytest.mark.parametrize(
+    "flags", [["--backend", "webgpu"], ["--dtype", "float16"], ["--dtype", "bfloat16"]], ids=["webgpu", "f16", "bf16"]
+)
+def test_bench_ideal_names_what_it_needs(flags):
+    proc = subprocess.run(
+        [sys.executable, "-m", "numr_web.cli", "bench", "--ideal", *flags], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2
+    assert "argument --ideal: needs --backend cpu and --dtype float32 or float64" in proc.stderr
+
+
+def test_contention_harness_prints_the_ideal_floor_beside_the_fused_path(tmp_path):
+    _fused_or_skip()
+    import json
+
+    out = tmp_path / "c.json"
+    cmd = [sys.executable, "-m", "numr_web.bench.contention", "--processes", "1", "--repeat", "2"]
+    cmd += ["--shapes", "2,64,16,16,32", "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "ideal contended / idle" in proc.stdout
+    doc = json.loads(out.read_text())
+    (entry,) = doc["table"]
+    idle = doc["runs"]["idle"][0]["ideal"]["2x64x16x16 G32"]
+    busy = doc["runs"]["contended"][0]["ideal"]["2x64x16x16 G32"]
+    assert entry["ideal_ratio"] == pytest.approx(busy / idle)
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("| 2x64x16x16 G32"))
+    assert line.rstrip().endswith(f"| {busy / idle:.2f} |")

@@ -11,6 +11,12 @@ idle as the neighbours leave it.
     python -m numr_web.bench.contention --processes 5 --contend 2            # the fused CPU path, NCHW
     python -m numr_web.bench.contention --processes 5 --layout nhwc
     python -m numr_web.bench.contention --env NUMR_WEB_CPU_THREADS=parallel  # a variant, for comparison
+
+Beside the fused calls each process times ideal streaming passes that move
+GroupNorm's bytes and do nothing else (``numr-web bench --ideal``,
+``numr_web/bench/ideal.py``), in two threads and in one: their contended/idle
+ratio is what the machine gives any pass of that size, the floor under the
+fused path's (``--no-ideal`` leaves them out).
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ import tempfile
 def _run_bench(args, contend, env, path):
     cmd = [sys.executable, "-m", "numr_web.cli", "bench", "--cpu-path", args.cpu_path, "--layout", args.layout]
     cmd += ["--repeat", str(args.repeat), "--json", path]
+    if args.ideal:
+        cmd += ["--ideal"]
     if args.shapes:
         cmd += ["--shapes", args.shapes]
     if contend:
@@ -38,7 +46,8 @@ def _run_bench(args, contend, env, path):
         doc = json.load(fh)
     load = next((h.split(": ")[1] for h in doc["header"] if h.startswith("1-minute load average at start")), "?")
     rows = {_label(r): r["fwd_ms"] + r["bwd_ms"] for r in doc["rows"]}
-    return float(load) if load != "?" else None, rows
+    ideal = {_label(r): r["ideal_fb_ms"] for r in doc["rows"] if "ideal_fb_ms" in r}
+    return float(load) if load != "?" else None, rows, ideal
 
 
 def _label(row):
@@ -55,6 +64,12 @@ def main(argv=None) -> int:
     p.add_argument("--shapes", default=None, help="as numr-web bench --shapes (default: the bench shapes)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="set in the bench processes")
     p.add_argument("--json", default=None, metavar="PATH", help="write every process's figures as JSON")
+    p.add_argument(
+        "--no-ideal",
+        dest="ideal",
+        action="store_false",
+        help="leave out the ideal streaming passes (numr-web bench --ideal) timed beside the fused calls",
+    )
     args = p.parse_args(argv)
     if args.processes < 1 or args.contend < 1:
         p.error("--processes and --contend: expected positive integers")
@@ -69,8 +84,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.processes):  # alternate, so that the neighbours' drift hits both alike
             for cond, k in (("idle", 0), ("contended", args.contend)):
-                load, rows = _run_bench(args, k, env, os.path.join(tmp, f"{cond}{i}.json"))
-                runs[cond].append({"load": load, "rows": rows})
+                load, rows, ideal = _run_bench(args, k, env, os.path.join(tmp, f"{cond}{i}.json"))
+                runs[cond].append({"load": load, "rows": rows, "ideal": ideal})
                 figures = ", ".join(f"{v:.3f}" for v in rows.values())
                 print(f"{cond:9s} process {i + 1}: load {load}, f+b ms {figures}", file=sys.stderr, flush=True)
 
@@ -83,14 +98,28 @@ def main(argv=None) -> int:
     )
     for cond in ("idle", "contended"):
         print(f"1-minute load at each {cond} process's start: " + ", ".join(f"{x:.2f}" for x in loads[cond]))
-    print("| shape | idle f+b ms | contended f+b ms | contended / idle |")
-    print("|---|---|---|---|")
+    ideal = all(r["ideal"] for rs in runs.values() for r in rs)
+    if ideal:
+        print(
+            "ideal: streaming passes with GroupNorm's bytes and nothing else (numr-web bench --ideal), "
+            "timed in the same rounds; per process the faster of two threads and one"
+        )
+    head = "| shape | idle f+b ms | contended f+b ms | contended / idle |"
+    print(head + (" ideal idle ms | ideal contended ms | ideal contended / idle |" if ideal else ""))
+    print("|---|---|---|---|" + ("---|---|---|" if ideal else ""))
     table = []
     for s in shapes:
         idle = statistics.median(r["rows"][s] for r in runs["idle"])
         busy = statistics.median(r["rows"][s] for r in runs["contended"])
-        table.append({"shape": s, "idle_ms": idle, "contended_ms": busy, "ratio": busy / idle})
-        print(f"| {s} | {idle:.3f} | {busy:.3f} | {busy / idle:.2f} |")
+        entry = {"shape": s, "idle_ms": idle, "contended_ms": busy, "ratio": busy / idle}
+        line = f"| {s} | {idle:.3f} | {busy:.3f} | {busy / idle:.2f} |"
+        if ideal:
+            i_idle = statistics.median(r["ideal"][s] for r in runs["idle"])
+            i_busy = statistics.median(r["ideal"][s] for r in runs["contended"])
+            entry.update(ideal_idle_ms=i_idle, ideal_contended_ms=i_busy, ideal_ratio=i_busy / i_idle)
+            line += f" {i_idle:.3f} | {i_busy:.3f} | {i_busy / i_idle:.2f} |"
+        table.append(entry)
+        print(line)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"args": vars(args), "runs": runs, "table": table}, fh, indent=1)

@@ -248,6 +248,10 @@ def _prepare(shape, args, be, device, dt, torch_side, rng, timing=None):
     }
     if torch_side is not None:
         fns["torch_fwd"], fns["torch_bwd"] = torch_side.setup(x, w, b, dy, groups, 1e-5)
+    if getattr(args, "ideal", False):
+        from numr_web.bench import ideal
+
+        fns.update(ideal.timed_callables(x, dy))
     timers = {k: (torch_side.timer if k.startswith("torch") else timer) for k in fns}
     per_sample, settle = plan_samples(fns, timers)
     return {
@@ -305,6 +309,10 @@ def _measure(case, repeat, args, be, device, torch_side):
     }
     if device == "webgpu":
         row["webgpu_plan"] = webgpu_plan()
+    if "ideal_fwd" in med:
+        from numr_web.bench import ideal
+
+        row.update(ideal.row_fields(med))
     # fraction of the copy's throughput (bytes per second), per round: forward moves 2 x-sizes
     # of bytes, backward 3, the copy 2
     row["fwd_of_copy"] = median_throughput_ratio(samples, "fwd", row["fwd_bytes"], "copy", row["copy_bytes"])
