@@ -283,17 +283,30 @@ def test_bench_table_refuses_a_folder_without_rows(tmp_path):
     assert out.returncode == 2 and out.stdout == "" and "argument --dir:" in out.stderr, out.stderr
 
 
-def test_webgpu_plans_prints_both_plans_per_shape():
+def _cpu_adapter():
+    from numr_web.backends.webgpu import device
+
+    return device.context().cpu_adapter
+
+
+def test_webgpu_plans_prints_every_plan_per_shape():
     from conftest import require_target
 
     require_target("webgpu")
     out = _run("webgpu-plans", "--shapes", "16,64,8,8,32;2,8,3,3,4", "--rounds", "1")
     assert out.returncode == 0, out.stderr
-    rows = {line.split()[0]: line.split() for line in out.stdout.splitlines() if re.match(r"\s*\d+x", line)}
-    assert set(rows) == {"16x64x8x8", "2x8x3x3"}
-    big, odd = rows["16x64x8x8"], rows["2x8x3x3"]
-    assert big[1] == "split" and all(re.fullmatch(NUMBER, v) for v in big[2:])
-    # HW = 9 is no multiple of 4: the split plan does not take it, and the row says so
-    assert odd[1] == "*" and odd[2] == "fused" and "does not take this shape" in out.stdout
+    lines = [line for line in out.stdout.splitlines() if re.match(r"\| \d+x", line)]
+    rows = {c[0]: c for c in ([v.strip() for v in line.strip().strip("|").split("|")] for line in lines)}
+    assert set(rows) == {"16x64x8x8 G32", "2x8x3x3 G4"}
+    big, odd = rows["16x64x8x8 G32"], rows["2x8x3x3 G4"]
+    # per direction: fused, split and thread ms, then split/fused and thread/fused
+    assert len(big) == len(odd) == 12
+    assert big[1] == ("thread" if _cpu_adapter() else "fused")  # many small float32 groups
+    assert all(re.fullmatch(NUMBER, v) for v in big[2:])
+    # HW = 9 is no multiple of 4: neither split nor thread takes it, and the cells say what ran
+    assert odd[1] == "fused"
+    for i in (5, 6, 10, 11):
+        plan = ("split", "thread")[i % 5]
+        assert odd[i].endswith(f"({plan}=fused)"), odd
     bad = _run("webgpu-plans", "--shapes", "2,3,4")
     assert bad.returncode == 2 and "--shapes" in bad.stderr

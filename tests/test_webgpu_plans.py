@@ -22,6 +22,7 @@ PLANS = {
     "split-pieces": ("split", False, 3, False),
     "split-gpu": ("split", True, None, True),
     "split-gpu-pieces": ("split", True, 5, False),
+    "thread": ("thread", False, None, True),
 }
 
 
@@ -45,6 +46,9 @@ class Spy:
 
     def split(self):
         return [k for k in self.kernels if k[0].startswith("group_norm_split")]
+
+    def thread(self):
+        return [k for k in self.kernels if k[0].startswith("group_norm_thread")]
 
 
 @pytest.fixture
@@ -93,7 +97,8 @@ def test_split_agrees_with_fused_and_the_formula(wg, use_plan, rng, shape, G, of
         with Spy(ctx) as spy:
             got = _calls(wg, x, dy, w, b, G, act)
             again = _calls(wg, x, dy, w, b, G, act)
-        assert bool(spy.split()) == (label != "fused"), spy.kernels
+        assert bool(spy.split()) == label.startswith("split"), spy.kernels
+        assert bool(spy.thread()) == (label == "thread"), spy.kernels
         # bitwise repeatable: fixed-order sums, no atomics
         assert all(a.tobytes() == c.tobytes() for a, c in zip(got, again)), label
         for i, (a, r, t) in enumerate(zip(got, ref, tol)):
@@ -106,7 +111,7 @@ def test_split_agrees_with_fused_and_the_formula(wg, use_plan, rng, shape, G, of
             assert rel_err(a, f.astype(np.float64)) < 2 * tol[i], (label, i)
 
 
-@pytest.mark.parametrize("label", ["split", "split-pieces", "split-gpu-pieces"])
+@pytest.mark.parametrize("label", ["split", "split-pieces", "split-gpu-pieces", "thread"])
 def test_split_bfloat16_and_float16_storage(wg, use_plan, rng, label):  # noqa: F811
     use_plan(label)
     for dtype, (ty, tg) in ((BFLOAT16, (1e-2, 1.5e-2)), (np.float16, (1.5e-3, 2e-3))):
@@ -123,7 +128,7 @@ def test_split_bfloat16_and_float16_storage(wg, use_plan, rng, label):  # noqa: 
         assert rel_err(dx, dxr) < tg and rel_err(dw, dwr) < tg and rel_err(db, dbr) < tg
 
 
-@pytest.mark.parametrize("label", ["fused", "split-pieces", "split-gpu"])
+@pytest.mark.parametrize("label", ["fused", "split-pieces", "split-gpu", "thread"])
 def test_split_in_chunks_past_the_binding_limit(wg, use_plan, rng, label):  # noqa: F811
     # a small binding limit makes a small input go through the chunked path (whole groups per
     # binding, 256-byte aligned offsets), as a 128 MiB+ input does on lavapipe
@@ -150,11 +155,11 @@ def test_plan_from_the_environment(wg, use_plan, rng, monkeypatch):  # noqa: F81
     ctx = use_plan("fused")
     gl.PLAN = None  # the environment decides, read per call
     x = wg.from_numpy(rng.standard_normal((2, 8, 4, 4)).astype(np.float32))
-    for env, split in (("split", True), ("fused", False), (" Split ", True)):
+    for env, want in (("split", "split"), ("fused", "fused"), (" Split ", "split"), ("THREAD", "thread")):
         monkeypatch.setenv("NUMR_WEB_WEBGPU_PLAN", env)
         with Spy(ctx) as spy:
             wg.group_norm_forward(x, None, None, 4, 1e-5, None, layout="nchw")
-        assert bool(spy.split()) == split, env
+        assert bool(spy.split()) == (want == "split") and bool(spy.thread()) == (want == "thread"), env
     monkeypatch.setenv("NUMR_WEB_WEBGPU_PLAN", "fastest")
     with pytest.raises(ValueError, match="NUMR_WEB_WEBGPU_PLAN"):
         wg.group_norm_forward(x, None, None, 4, 1e-5, None, layout="nchw")
@@ -218,6 +223,55 @@ def test_auto_planner(monkeypatch, shape, cpu, split):
     assert not gl.use_split(_fake(shape, 32, "nhwc"), ctx)
 
 
+@pytest.mark.parametrize(
+    "shape,G,cpu,itemsize,thread",
+    [
+        ((16, 1280, 8, 8), 32, True, 4, True),  # many small groups on a CPU adapter
+        ((32, 64, 8, 8), 32, True, 4, True),
+        ((4, 64, 8, 8), 8, True, 4, True),  # 32 groups: just enough
+        ((2, 64, 8, 8), 8, True, 4, False),  # 16 groups: SIMD lanes and cores left idle
+        ((2, 1280, 16, 16), 32, True, 4, True),  # groups of 10240
+        ((2, 640, 32, 32), 32, True, 4, True),  # 20480
+        ((2, 320, 64, 64), 32, True, 4, False),  # 40960: fused (lavapipe's cache)
+        ((16, 1280, 8, 8), 32, True, 2, False),  # 16-bit storage: the split plan's 8-element loads
+        ((16, 1280, 8, 8), 32, False, 4, False),  # GPUs: one invocation per group leaves them idle
+        ((16, 1280, 3, 3), 32, True, 4, False),  # rows of HW % 4 != 0
+    ],
+)
+def test_auto_planner_thread(monkeypatch, shape, G, cpu, itemsize, thread):
+    from numr_web.backends.webgpu import group_norm_launch as gl
+
+    monkeypatch.delenv("NUMR_WEB_WEBGPU_PLAN", raising=False)
+    monkeypatch.setattr(gl, "PLAN", None)
+    ctx = types.SimpleNamespace(cpu_adapter=cpu)
+    assert gl.use_thread(_fake(shape, G, itemsize=itemsize), ctx) == thread
+    assert not gl.use_thread(_fake(shape, G, "nhwc", itemsize=itemsize), ctx)  # NCHW only
+    monkeypatch.setattr(gl, "PLAN", "thread")  # asked for: every NCHW shape it can walk
+    assert gl.use_thread(_fake(shape, G, itemsize=itemsize), ctx) == (shape[2] * shape[3] % 4 == 0)
+    # a group one invocation could not walk within lavapipe's loop watchdog runs another plan
+    assert gl.use_thread(_fake((1, 4, 96, 125), 1), ctx)  # 48000 elements: 12000 vec4 steps
+    assert not gl.use_thread(_fake((1, 4, 100, 124), 1), ctx)  # 49600: 12400 steps
+    monkeypatch.setattr(gl, "PLAN", "split")
+    assert not gl.use_thread(_fake(shape, G, itemsize=itemsize), ctx)
+
+
+def test_thread_plan_keeps_long_groups_accurate(wg, use_plan, rng):  # noqa: F811
+    # the longest groups the thread plan takes (12000 vec4 steps, one invocation each), far from
+    # zero: its sums run in three levels (32 steps, 32 blocks, the rest)
+    use_plan("thread")
+    x = (1e3 + rng.standard_normal((2, 4, 96, 125))).astype(np.float32)
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    w = rng.standard_normal(4).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    with Spy(wg.from_numpy(x).ctx) as spy:
+        y, mean, rstd, dx, dw, db = _calls(wg, x, dy, w, b, 1, None)
+    assert spy.thread()
+    yr, mr, rr = ref_forward(x, 1, w, b)
+    dxr, dwr, dbr = ref_backward(dy, x, 1, w, b)
+    assert rel_err(y, yr) < 5e-6 and rel_err(mean, mr) < 2e-7 and rel_err(rstd, rr) < 5e-6
+    assert rel_err(dx, dxr) < 5e-5 and rel_err(dw, dwr) < 5e-5 and rel_err(db, dbr) < 5e-5
+
+
 def test_split_pieces_stay_within_the_loop_limit():
     from numr_web.backends.webgpu import group_norm_launch as gl
 
@@ -270,6 +324,44 @@ def test_split_variants_compile_on_dawn(wg, use_plan, rng, tmp_path):  # noqa: F
     variants = [v for v in rec.variants.values() if any(k in v["code"] for k in keys)]
     assert len(variants) >= 40
     assert sum("fn cut_of" in v["code"] for v in variants) >= 60
+    path = tmp_path / "variants.json"
+    path.write_text(json.dumps(variants))
+    out = subprocess.run(
+        [node, str(HERE / "compile.mjs"), str(path)], capture_output=True, text=True, timeout=300, env=env, cwd=HERE
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["compiled"] == len(variants)
+    assert result["problems"] == [], "\n".join(result["problems"][:20])
+
+
+def test_thread_variants_compile_on_dawn(wg, use_plan, rng, tmp_path):  # noqa: F811
+    # the thread plan's WGSL (group_norm_thread*.wgsl), every variant these calls make, through
+    # Dawn/Tint (stricter than naga)
+    import json
+    import subprocess
+
+    from test_webgpu_dawn import HERE, Recorder, _dawn_env
+
+    node, env = _dawn_env()
+    from numr_web.backends.webgpu import configure, transport_wgpu
+
+    rec = Recorder(transport_wgpu)
+    configure(transport=rec, want_f16=False)
+    try:
+        use_plan("thread")
+        for dtype in (np.float32, np.float16, BFLOAT16):
+            for act in (None, "silu"):
+                x = rng.standard_normal((2, 16, 8, 8)).astype(dtype)
+                w = np.ones(16, np.float32)
+                _calls(wg, x, x, w, w, 4, act)
+                xd = wg.from_numpy(x)
+                y, m, r = wg.group_norm_forward(xd, None, None, 4, 1e-5, act, layout="nchw")
+                wg.group_norm_backward(xd, xd, m, r, None, None, 4, act, layout="nchw")
+    finally:
+        configure()
+    variants = [v for v in rec.variants.values() if "fn group_sums" in v["code"] or "fn resid_sum" in v["code"]]
+    assert len(variants) >= 18  # forward and backward, 3 storage formats, 2 activations, affine or not
     path = tmp_path / "variants.json"
     path.write_text(json.dumps(variants))
     out = subprocess.run(

@@ -48,6 +48,7 @@ WORK_SHAPES = {
     "split": ("split", False, None, True),
     "split-pieces": ("split", False, 3, False),
     "split-gpu-pieces": ("split", True, 3, False),
+    "thread": ("thread", False, None, True),
 }
 
 

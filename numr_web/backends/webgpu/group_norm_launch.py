@@ -180,7 +180,7 @@ PLAN = None
 #: Tests: the longest piece of a row (vec4 steps) the split plan may use (None: the planner's),
 #: so that tiny shapes still cut a group into many pieces.
 SPLIT_PIECE_STEPS = None
-PLANS = ("auto", "fused", "split")
+PLANS = ("auto", "fused", "split", "thread")
 #: groups of at most this many vec4s are summed again inside the split plan's combine thread
 INLINE_REDO_STEPS = STEP_CAP // 2
 
@@ -207,6 +207,72 @@ def plan_name() -> str:
     if name not in PLANS:
         raise ValueError(f"NUMR_WEB_WEBGPU_PLAN={name!r}: expected one of {', '.join(PLANS)}")
     return name
+
+
+#: the "thread" plan (group_norm_thread*.wgsl): one invocation per (n, g), this many groups per
+#: workgroup (a SIMD batch of 8 lanes on lavapipe)
+THREAD_WG = 8
+#: auto on CPU adapters: the thread plan for NCHW float32 groups of at most THREAD_MAX_GROUP
+#: elements when there are at least THREAD_MIN_GROUPS of them (fewer leave SIMD lanes and cores
+#: idle).  Side by side with the other plans (scripts/webgpu-plans on lavapipe, scripts/browser-bench
+#: --plans on SwiftShader; docs/webgpu.md): on SwiftShader the fastest plan on every bench shape
+#: (forward 0.67 to 0.74 of a copy against fused 0.28 to 0.61); on lavapipe the fastest for many
+#: small groups (16x1280x8x8: 0.67 to 0.72 of the fused plan's time) and about even with fused up
+#: to 20480 elements, slower at 40960 (8 lanes' groups no longer in cache for the second sweep).
+#: 16-bit storage keeps the split plan's 8-element loads (faster on lavapipe).
+THREAD_MIN_GROUPS = 32
+THREAD_MAX_GROUP = 24576
+
+
+def use_thread(plan: GroupPlan, ctx) -> bool:
+    """Whether this call runs the thread plan: NCHW rows of HW % 4 == 0 whose group one
+    invocation can walk two or three times within lavapipe's loop watchdog (M / 4 <= STEP_CAP);
+    ``auto`` takes it on CPU adapters for float32 with enough groups, never on GPUs (one
+    invocation per group leaves a GPU idle)."""
+    if plan.nhwc or plan.vec != 4 or plan.N * plan.G == 0 or plan.M == 0 or plan.M // 4 > STEP_CAP:
+        return False
+    name = plan_name()
+    if name != "auto":
+        return name == "thread"
+    return ctx.cpu_adapter and plan.isz == 4 and plan.M <= THREAD_MAX_GROUP and plan.N * plan.G >= THREAD_MIN_GROUPS
+
+
+def _thread_constants(silu, affine):
+    return {"NHWC": False, "VEC": 4, "APPLY": True, "SILU": silu, "AFFINE": affine, "WG": THREAD_WG}
+
+
+def _forward_thread(ctx, x, y, mean, rstd, aux, plan, affine_binds, eps, silu, affine, dt):
+    for g_first, ngroups, off, size, x_base, _count in plan.chunks(ctx.max_binding):
+        ctx.launch(
+            "group_norm_thread.wgsl",
+            "main",
+            dt,
+            _thread_constants(silu, affine),
+            [(x.buffer, off, size), (y.buffer, off, size), *affine_binds, *(_whole(ctx, a) for a in (mean, rstd, aux))],
+            -(-ngroups // THREAD_WG),
+            plan.params(x_base, g_first, ngroups, eps),
+        )
+
+
+def _backward_thread(ctx, x, dy, dx, mean, rstd, plan, affine_binds, silu, use_w, dt):
+    ws = Workspace(ctx, plan, 0)  # DSDB and COEF only
+    for g_first, ngroups, off, size, x_base, _count in ws.chunks:
+        ctx.launch(
+            "group_norm_thread_backward.wgsl",
+            "main",
+            dt,
+            _thread_constants(silu, use_w),
+            [
+                *((a.buffer, off, size) for a in (x, dy, dx)),
+                *affine_binds,
+                _whole(ctx, mean),
+                _whole(ctx, rstd),
+                _whole(ctx, ws.scratch),
+            ],
+            -(-ngroups // THREAD_WG),
+            plan.params(x_base, g_first, ngroups, workspace=ws),
+        )
+    return ws
 
 
 def _use_split_nhwc(plan: GroupPlan, ctx) -> bool:
@@ -631,6 +697,9 @@ def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation, layout):
     key = ctx.dtype_key(x.dtype.name)
     dt = {"X": key, "Y": key}
     affine_binds = [_whole(ctx, w if affine else ctx.dummy), _whole(ctx, b if affine else ctx.dummy)]
+    if use_thread(plan, ctx):
+        _forward_thread(ctx, x, y, mean, rstd, aux, plan, affine_binds, eps, silu, affine, dt)
+        return y, mean, rstd
     if use_split(plan, ctx):
         run = _forward_split_nhwc if plan.nhwc else _forward_split
         run(ctx, x, y, mean, rstd, plan, affine_binds, eps, silu, affine, key)
@@ -717,8 +786,11 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
             _whole(ctx, w_eff) if use_w else _whole(ctx, ctx.dummy),
             _whole(ctx, b) if use_w else _whole(ctx, ctx.dummy),
         ]
-        split = use_split(plan, ctx, backward=True)
-        if split:
+        thread = use_thread(plan, ctx)
+        split = not thread and use_split(plan, ctx, backward=True)
+        if thread:
+            ws = _backward_thread(ctx, x, dy, dx, mean, rstd, plan, affine_binds, silu, use_w, dt)
+        elif split:
             run = _backward_split_nhwc if plan.nhwc else _backward_split
             ws = run(ctx, x, dy, dx, mean, rstd, plan, affine_binds, silu, use_w, key)
         elif _block_path(plan):
@@ -745,7 +817,7 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
                 )
         else:
             ws = Workspace(ctx, plan, plan.items * 32)
-        for g_first, ngroups, off, size, x_base, count in [] if (split or _block_path(plan)) else ws.chunks:
+        for g_first, ngroups, off, size, x_base, count in [] if (thread or split or _block_path(plan)) else ws.chunks:
             xb, dyb, dxb = (x.buffer, off, size), (dy.buffer, off, size), (dx.buffer, off, size)
             ctx.launch(
                 "group_norm_backward.wgsl",
