@@ -285,12 +285,27 @@ def test_split_pieces_stay_within_the_loop_limit():
             assert sp.run <= gl.STEP_CAP
 
 
-def test_split_variants_compile_on_dawn(wg, use_plan, rng, tmp_path):  # noqa: F811
-    # the split kernels' WGSL, every variant these calls make, through Dawn/Tint (stricter than naga)
+def _compile_on_dawn(node, env, variants, tmp_path):
+    """Every recorded WGSL variant through Dawn/Tint (tests/test_webgpu_dawn.py's compile.mjs): all compile."""
     import json
     import subprocess
 
-    from test_webgpu_dawn import HERE, Recorder, _dawn_env
+    from test_webgpu_dawn import HERE
+
+    path = tmp_path / "variants.json"
+    path.write_text(json.dumps(variants))
+    out = subprocess.run(
+        [node, str(HERE / "compile.mjs"), str(path)], capture_output=True, text=True, timeout=300, env=env, cwd=HERE
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["compiled"] == len(variants)
+    assert result["problems"] == [], "\n".join(result["problems"][:20])
+
+
+def test_split_variants_compile_on_dawn(wg, use_plan, rng, tmp_path):  # noqa: F811
+    # the split kernels' WGSL, every variant these calls make, through Dawn/Tint (stricter than naga)
+    from test_webgpu_dawn import Recorder, _dawn_env
 
     node, env = _dawn_env()
     from numr_web.backends.webgpu import configure, transport_wgpu
@@ -324,24 +339,13 @@ def test_split_variants_compile_on_dawn(wg, use_plan, rng, tmp_path):  # noqa: F
     variants = [v for v in rec.variants.values() if any(k in v["code"] for k in keys)]
     assert len(variants) >= 40
     assert sum("fn cut_of" in v["code"] for v in variants) >= 60
-    path = tmp_path / "variants.json"
-    path.write_text(json.dumps(variants))
-    out = subprocess.run(
-        [node, str(HERE / "compile.mjs"), str(path)], capture_output=True, text=True, timeout=300, env=env, cwd=HERE
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["compiled"] == len(variants)
-    assert result["problems"] == [], "\n".join(result["problems"][:20])
+    _compile_on_dawn(node, env, variants, tmp_path)
 
 
 def test_thread_variants_compile_on_dawn(wg, use_plan, rng, tmp_path):  # noqa: F811
     # the thread plan's WGSL (group_norm_thread*.wgsl), every variant these calls make, through
     # Dawn/Tint (stricter than naga)
-    import json
-    import subprocess
-
-    from test_webgpu_dawn import HERE, Recorder, _dawn_env
+    from test_webgpu_dawn import Recorder, _dawn_env
 
     node, env = _dawn_env()
     from numr_web.backends.webgpu import configure, transport_wgpu
@@ -362,15 +366,7 @@ def test_thread_variants_compile_on_dawn(wg, use_plan, rng, tmp_path):  # noqa: 
         configure()
     variants = [v for v in rec.variants.values() if "fn group_sums" in v["code"] or "fn resid_sum" in v["code"]]
     assert len(variants) >= 18  # forward and backward, 3 storage formats, 2 activations, affine or not
-    path = tmp_path / "variants.json"
-    path.write_text(json.dumps(variants))
-    out = subprocess.run(
-        [node, str(HERE / "compile.mjs"), str(path)], capture_output=True, text=True, timeout=300, env=env, cwd=HERE
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["compiled"] == len(variants)
-    assert result["problems"] == [], "\n".join(result["problems"][:20])
+    _compile_on_dawn(node, env, variants, tmp_path)
 
 
 # ---- channels-last: the split plan of group_norm_split_nhwc*.wgsl ----------------------------

@@ -17,6 +17,7 @@
 // every sum has a fixed order (deterministic, no atomics).
 //!include group_norm_common.wgsl
 //!include group_norm_coef.wgsl
+//!include group_norm_dz.wgsl
 @group(0) @binding(0) var<storage, read> X: array<ST_X>;
 @group(0) @binding(1) var<storage, read> DY: array<ST_DY>;
 @group(0) @binding(2) var<storage, read_write> DX: array<ST_DX>;
@@ -63,14 +64,6 @@ fn load_dy(e: u32) -> vec4<f32> {
   return vec4<f32>(ld_DY(e >> 2u)[e & 3u], 0.0, 0.0, 0.0);
 }
 
-// dL/dz from dy; z = scale*xc + shift is the pre-activation (SILU only).
-fn dz_of(dy: vec4<f32>, xc: vec4<f32>, scale: vec4<f32>, shift: vec4<f32>) -> vec4<f32> {
-  if (!SILU) { return dy; }
-  let z = xc * scale + shift;
-  let s = 1.0 / (1.0 + exp(-z));
-  return dy * s * (1.0 + z * (1.0 - s));
-}
-
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
@@ -87,7 +80,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 
   var zlo = 0.0;  // scaled units
   if (SILU) {
-    if (lid == 0u) { wg_zlo = select(0.0, 1.0, abs(mean) * rstd > REFINE_MEAN_ABOVE); }
+    if (lid == 0u) { wg_zlo = select(0.0, 1.0, refine(mean, rstd)); }
     if (workgroupUniformLoad(&wg_zlo) != 0.0) {
       wg_res[lid] = dot(resid_part(lid, gl, n, g, ms, sc), vec4<f32>(1.0));
       workgroupBarrier();

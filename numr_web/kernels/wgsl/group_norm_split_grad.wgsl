@@ -1,18 +1,8 @@
 // The split backward's shared parts (group_norm_split_backward.wgsl,
-// group_norm_split_nhwc_backward.wgsl): dL/dz, the REFINE test and the combine pass (entry
-// point `combine`, one thread per group).  Needs MEAN, RSTD, W, WS, thread_index, the
+// group_norm_split_nhwc_backward.wgsl): the combine pass (entry point `combine`, one thread per
+// group).  Needs group_norm_dz.wgsl (refine, dz_of), MEAN, RSTD, W, WS, thread_index, the
 // constants SILU, AFFINE, REFINE, and the kernel's channel_sums(gl, j) (channel j's totals
 // (ds, db, sum xc_s)) and group_resid(gl) (the group's sum xc_s in the kernel's order: REFINE).
-
-fn refine(mean: f32, rstd: f32) -> bool { return SILU && abs(mean) * rstd > REFINE_MEAN_ABOVE; }
-
-// dL/dz from dy; z = scale*xc + shift is the pre-activation (SILU only).
-fn dz_of(dy: vec4<f32>, xc: vec4<f32>, scale: vec4<f32>, shift: vec4<f32>) -> vec4<f32> {
-  if (!SILU) { return dy; }
-  let z = xc * scale + shift;
-  let s = 1.0 / (1.0 + exp(-z));
-  return dy * s * (1.0 + z * (1.0 - s));
-}
 
 // Group gl of the chunk, channels in order (fixed order, bitwise repeatable): REFINE: zlo ->
 // COEF.w; else per channel (ds, db) -> DSDB, then the group's coefficients ->

@@ -7,6 +7,7 @@
 // part before z is rebuilt.  No barriers; every sum has a fixed order.
 //!include group_norm_common.wgsl
 //!include group_norm_coef.wgsl
+//!include group_norm_dz.wgsl
 @group(0) @binding(0) var<storage, read> X: array<ST_X>;
 @group(0) @binding(1) var<storage, read> DY: array<ST_DY>;
 @group(0) @binding(2) var<storage, read_write> DX: array<ST_DX>;
@@ -16,14 +17,6 @@
 @group(0) @binding(6) var<storage, read> RSTD: array<f32>;
 @group(0) @binding(7) var<storage, read_write> WS: array<vec4<f32>>;  // DSDB at p.dsdb_at, COEF at p.coef_at
 @group(0) @binding(8) var<uniform> p: Params;
-
-// dL/dz from dy; z = scale*xc + shift is the pre-activation (SILU only).
-fn dz_of(dy: vec4<f32>, xc: vec4<f32>, scale: vec4<f32>, shift: vec4<f32>) -> vec4<f32> {
-  if (!SILU) { return dy; }
-  let z = xc * scale + shift;
-  let s = 1.0 / (1.0 + exp(-z));
-  return dy * s * (1.0 + z * (1.0 - s));
-}
 
 // sum (x s - ms) over the nv vec4s from b4, in blocks of 32 steps.
 fn resid_sum(b4: u32, nv: u32, ms: f32, sc: f32) -> f32 {
@@ -57,7 +50,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let b4 = (p.x_base + gl * p.M) >> 2u;
 
   var zlo = 0.0;  // scaled units
-  if (SILU && abs(mean) * rstd > REFINE_MEAN_ABOVE) {
+  if (refine(mean, rstd)) {
     zlo = mean_low_part(mean, resid_sum(b4, nv, ms, sc), p.inv_m, sc);
   }
 
