@@ -363,3 +363,29 @@ def test_contention_harness_prints_the_ideal_floor_beside_the_fused_path(tmp_pat
     assert entry["ideal_ratio"] == pytest.approx(busy / idle)
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("| 2x64x16x16 G32"))
     assert line.rstrip().endswith(f"| {busy / idle:.2f} |")
+
+
+def test_contention_summary_gives_median_and_range_over_runs(tmp_path):
+    import json
+
+    paths = []
+    ratios = [3.0, 2.0, 5.0]
+    for i, r in enumerate(ratios):
+        row = {"shape": "2x8x4x4 G2", "idle_ms": 1.0 + i, "contended_ms": r * (1.0 + i), "ratio": r}
+        row["ideal_ratio"] = r / 2
+        path = tmp_path / f"run{i}.json"
+        path.write_text(json.dumps({"table": [row]}))
+        paths.append(str(path))
+    cmd = [sys.executable, "-m", "numr_web.bench.contention", "--summarize", *paths]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("| 2x8x4x4 G2"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    med = sorted(ratios)[1]
+    assert cells[3] == f"{med:.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+    assert cells[4] == f"{med / 2:.2f} ({min(ratios) / 2:.2f}-{max(ratios) / 2:.2f})"
+    assert cells[1] == "2.000 (1.000-3.000)"
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    out = subprocess.run([*cmd, str(bad)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "argument --summarize:" in out.stderr and "bad.json" in out.stderr

@@ -70,7 +70,16 @@ def main(argv=None) -> int:
         action="store_false",
         help="leave out the ideal streaming passes (numr-web bench --ideal) timed beside the fused calls",
     )
+    p.add_argument(
+        "--summarize",
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="print nothing new: the median and range over earlier runs' --json files, per shape",
+    )
     args = p.parse_args(argv)
+    if args.summarize:
+        return summarize(p, args.summarize)
     if args.processes < 1 or args.contend < 1:
         p.error("--processes and --contend: expected positive integers")
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
@@ -123,6 +132,38 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"args": vars(args), "runs": runs, "table": table}, fh, indent=1)
+    return 0
+
+
+def summarize(parser, paths) -> int:
+    """Median and range over several runs' tables (``--json`` files), per shape and figure: the
+    issue's rule judges a ratio by its median over at least 5 runs, each started on an idle machine."""
+    tables = []
+    for path in paths:
+        try:
+            with open(path) as fh:
+                doc = json.load(fh)
+            tables.append({row["shape"]: row for row in doc["table"]})
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            parser.error(f"argument --summarize: {path}: not a contention --json file ({exc})")
+    keys = ["idle_ms", "contended_ms", "ratio", "ideal_ratio"]
+    keys = [k for k in keys if all(k in row for t in tables for row in t.values())]
+    print(f"median (range) over {len(tables)} runs: " + ", ".join(paths))
+    names = {
+        "idle_ms": "idle f+b ms",
+        "contended_ms": "contended f+b ms",
+        "ratio": "contended / idle",
+        "ideal_ratio": "ideal contended / idle",
+    }
+    print("| shape | " + " | ".join(names[k] for k in keys) + " |")
+    print("|---|" + "---|" * len(keys))
+    for shape in tables[0]:
+        cells = []
+        for k in keys:
+            vals = [t[shape][k] for t in tables if shape in t]
+            digits = 3 if k.endswith("_ms") else 2
+            cells.append(f"{statistics.median(vals):.{digits}f} ({min(vals):.{digits}f}-{max(vals):.{digits}f})")
+        print(f"| {shape} | " + " | ".join(cells) + " |")
     return 0
 
 
