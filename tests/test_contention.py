@@ -156,11 +156,62 @@ print(repr(fused.threading_layer()))
 
 def test_the_wait_policy_is_reported_and_the_environment_left_alone():
     _fused_or_skip()
-    policy, env_after, layer = _python(POLICY).splitlines()
+    policy, env_after, layer = _python(POLICY + 'print(repr(os.environ.get("GOMP_SPINCOUNT")))\n').splitlines()[:3]
     if layer != "'omp'":
         pytest.skip(f"Numba's threading layer here is {layer}, not OpenMP")
-    assert "OpenMP's default" in policy and "serial" in policy
+    from numr_web.backends.cpu import threads
+
+    assert f"spin {threads.SPIN_COUNT} times" in policy and "serial" in policy
     assert env_after == "None"
+    spin_after = _python(POLICY + 'print(repr(os.environ.get("GOMP_SPINCOUNT")))\n').splitlines()[3]
+    assert spin_after == "None"  # set only while Numba's OpenMP runtime started
+
+
+#: CPU time (ns) Numba's worker threads spend in the 0.3 s after a parallel call: spinning, then asleep
+SPIN_PROBE = """
+import os, threading, time
+import numpy as np
+import numr_web
+from numr_web.backends import get_backend
+get_backend("cpu").path = "fused"
+x = np.ones((2, 64, 64, 64), np.float32)  # above threads.SERIAL_BELOW
+numr_web.group_norm(x, 32)
+me = threading.get_native_id()
+
+
+def workers_ns():
+    total = 0
+    for tid in os.listdir("/proc/self/task"):
+        if int(tid) != me:
+            with open(f"/proc/self/task/{tid}/schedstat") as fh:
+                total += int(fh.read().split()[0])
+    return total
+
+
+spins = []
+for _ in range(5):
+    numr_web.group_norm(x, 32)
+    t0 = workers_ns()
+    time.sleep(0.3)
+    spins.append(workers_ns() - t0)
+print(min(spins))
+"""
+
+
+def test_waiting_threads_spin_briefly_unless_the_user_says_otherwise():
+    # GNU OpenMP's default (300000 spins) keeps a waiting thread on a core for milliseconds; numr_web
+    # starts Numba's runtime with threads.SPIN_COUNT; a user's GOMP_SPINCOUNT still wins
+    _fused_or_skip()
+    if not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/schedstat"):
+        pytest.skip("needs /proc/<pid>/task/<tid>/schedstat (Linux schedstats)")
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cores (on one, every call runs on one thread: nothing waits)")
+    layer = _python(POLICY).splitlines()[2]
+    if layer != "'omp'":
+        pytest.skip(f"Numba's threading layer here is {layer}, not OpenMP")
+    ours = int(_python(SPIN_PROBE, NUMR_WEB_CPU_THREADS="parallel"))
+    theirs = int(_python(SPIN_PROBE, NUMR_WEB_CPU_THREADS="parallel", GOMP_SPINCOUNT="300000"))
+    assert ours * 3 < theirs, (ours, theirs)
 
 
 def test_a_users_wait_policy_is_reported():

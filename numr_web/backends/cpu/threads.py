@@ -18,13 +18,17 @@ off the CPU (a 0.16 ms forward took 8 ms).  The decisions made here:
 * **How many threads.**  At most the cores this process may run on
   (``os.sched_getaffinity``) and at most Numba's own setting
   (``NUMBA_NUM_THREADS``, ``numba.set_num_threads``).
-* **Wait policy.**  OpenMP's default is kept: its spinning is what makes two
-  threads pay on an idle machine (on this project's 2-core VM, with
-  ``OMP_WAIT_POLICY=passive`` two threads were no faster than one: waking a
-  sleeping thread cost about as much as the work), and under contention the
-  calls go serial, so nothing waits on a descheduled thread.  A user's
-  ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` applies as usual; ``policy()`` says
-  which policy is in force.  (Measurements: docs/reports/2026-12-01-contention.md.)
+* **Wait policy.**  A waiting OpenMP thread spins ``SPIN_COUNT`` times before
+  it sleeps, not GNU OpenMP's default 300000 (milliseconds of spinning: on a
+  shared machine a spinning thread holds a core that another process, or the
+  thread it waits for, needs).  Some spinning stays: it is what makes two
+  threads pay on an idle machine (with ``OMP_WAIT_POLICY=passive`` two threads
+  were no faster than one on this project's 2-core VM: waking a sleeping thread
+  cost about as much as the work).  The count is set in the environment only
+  while Numba's OpenMP runtime starts (GNU OpenMP reads it then) and removed
+  after, so nothing else in the process sees it; a user's ``OMP_WAIT_POLICY`` or
+  ``GOMP_SPINCOUNT`` applies instead; ``policy()`` says which policy is in force.
+  (Measurements: docs/reports/2026-12-01-contention.md.)
 
 ``NUMR_WEB_CPU_THREADS=parallel|serial`` pins the choice (``auto`` by default).
 """
@@ -46,6 +50,11 @@ PROBE_RUN = 3
 #: the environment variable that pins the choice
 MODE_ENV = "NUMR_WEB_CPU_THREADS"
 MODES = ("auto", "parallel", "serial")
+
+#: GNU OpenMP spins of a waiting thread before it sleeps, when the user chose no wait policy
+SPIN_COUNT = 20000
+_SPIN_ENV = "GOMP_SPINCOUNT"
+_USER_ENV = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 
 _PAR, _SER = 0, 1
 _lock = threading.Lock()
@@ -78,20 +87,42 @@ def start_runtime() -> str:
         import numba
         from numba.np.ufunc import parallel
 
-        numba.get_num_threads()  # launches the threading layer
+        user = [f"{k}={os.environ[k]}" for k in _USER_ENV if k in os.environ]
+        preloaded = _gomp_loaded()  # an OpenMP runtime already running read its environment before
+        ours = not user and not preloaded
+        if ours:
+            os.environ[_SPIN_ENV] = str(SPIN_COUNT)
+        try:
+            numba.get_num_threads()  # launches the threading layer (GNU OpenMP reads its environment)
+        finally:
+            if ours:
+                os.environ.pop(_SPIN_ENV, None)
         layer = numba.threading_layer()
-        user = [f"{k}={os.environ[k]}" for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in os.environ]
         if layer != "omp":
             _policy = f"the {layer} layer's"
         elif user:
             _policy = "OpenMP with " + ", ".join(user)
+        elif preloaded:
+            _policy = "OpenMP as started before numr_web (its own spin count); busy machine: calls go serial"
         else:
-            _policy = "OpenMP's default (spins, then sleeps); busy machine: calls go serial"
+            _policy = (
+                f"OpenMP, threads spin {SPIN_COUNT} times before they sleep (numr_web's {_SPIN_ENV}); "
+                "busy machine: calls go serial"
+            )
         # the raw thread-count calls (a few microseconds cheaper per call than the checked public ones)
         _get = getattr(parallel, "_get_num_threads", None) or numba.get_num_threads
         _set = getattr(parallel, "_set_num_threads", None) or numba.set_num_threads
         _started = True
     return _policy
+
+
+def _gomp_loaded() -> bool:
+    """Whether a GNU OpenMP runtime is mapped into this process already (Linux; False elsewhere)."""
+    try:
+        with open("/proc/self/maps") as fh:
+            return any("libgomp" in line for line in fh)
+    except OSError:
+        return False
 
 
 def policy() -> str:
