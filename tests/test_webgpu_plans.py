@@ -285,6 +285,17 @@ def test_split_pieces_stay_within_the_loop_limit():
             assert sp.run <= gl.STEP_CAP
 
 
+def _nchw_variants(wg, rng, dtype, act):
+    """Forward and backward on a small NCHW input, with and without affine: the kernel variants a
+    plan makes for one storage dtype and activation."""
+    x = rng.standard_normal((2, 16, 8, 8)).astype(dtype)
+    w = np.ones(16, np.float32)
+    _calls(wg, x, x, w, w, 4, act)
+    xd = wg.from_numpy(x)
+    y, m, r = wg.group_norm_forward(xd, None, None, 4, 1e-5, act, layout="nchw")
+    wg.group_norm_backward(xd, xd, m, r, None, None, 4, act, layout="nchw")
+
+
 def _compile_on_dawn(node, env, variants, tmp_path):
     """Every recorded WGSL variant through Dawn/Tint (tests/test_webgpu_dawn.py's compile.mjs): all compile."""
     import json
@@ -317,12 +328,7 @@ def test_split_variants_compile_on_dawn(wg, use_plan, rng, tmp_path):  # noqa: F
             use_plan(label)
             for dtype in (np.float32, np.float16, BFLOAT16):
                 for act in (None, "silu"):
-                    x = rng.standard_normal((2, 16, 8, 8)).astype(dtype)
-                    w = np.ones(16, np.float32)
-                    _calls(wg, x, x, w, w, 4, act)
-                    xd = wg.from_numpy(x)
-                    y, m, r = wg.group_norm_forward(xd, None, None, 4, 1e-5, act, layout="nchw")
-                    wg.group_norm_backward(xd, xd, m, r, None, None, 4, act, layout="nchw")
+                    _nchw_variants(wg, rng, dtype, act)
                     # channels-last: 4, 2 and 1 quads per thread (C = 16, 24, 12), with and without affine
                     for C in (16, 24, 12):
                         xn = rng.standard_normal((2, C, 3, 5)).astype(dtype)
@@ -356,12 +362,7 @@ def test_thread_variants_compile_on_dawn(wg, use_plan, rng, tmp_path):  # noqa: 
         use_plan("thread")
         for dtype in (np.float32, np.float16, BFLOAT16):
             for act in (None, "silu"):
-                x = rng.standard_normal((2, 16, 8, 8)).astype(dtype)
-                w = np.ones(16, np.float32)
-                _calls(wg, x, x, w, w, 4, act)
-                xd = wg.from_numpy(x)
-                y, m, r = wg.group_norm_forward(xd, None, None, 4, 1e-5, act, layout="nchw")
-                wg.group_norm_backward(xd, xd, m, r, None, None, 4, act, layout="nchw")
+                _nchw_variants(wg, rng, dtype, act)
     finally:
         configure()
     variants = [v for v in rec.variants.values() if "fn group_sums" in v["code"] or "fn resid_sum" in v["code"]]
