@@ -228,8 +228,8 @@ def test_auto_planner(monkeypatch, shape, cpu, split):
     [
         ((16, 1280, 8, 8), 32, True, 4, True),  # many small groups on a CPU adapter
         ((32, 64, 8, 8), 32, True, 4, True),
-        ((4, 64, 8, 8), 8, True, 4, True),  # 32 groups: just enough
-        ((2, 64, 8, 8), 8, True, 4, False),  # 16 groups: SIMD lanes and cores left idle
+        ((1, 64, 8, 8), 8, True, 4, True),  # 8 groups per sample: just enough
+        ((64, 64, 8, 8), 4, True, 4, False),  # 4 per sample: SIMD lanes left idle, whatever the batch
         ((2, 1280, 16, 16), 32, True, 4, True),  # groups of 10240
         ((2, 640, 32, 32), 32, True, 4, True),  # 20480
         ((2, 320, 64, 64), 32, True, 4, False),  # 40960: fused (lavapipe's cache)
@@ -253,6 +253,25 @@ def test_auto_planner_thread(monkeypatch, shape, G, cpu, itemsize, thread):
     assert not gl.use_thread(_fake((1, 4, 100, 124), 1), ctx)  # 49600: 12400 steps
     monkeypatch.setattr(gl, "PLAN", "split")
     assert not gl.use_thread(_fake(shape, G, itemsize=itemsize), ctx)
+
+
+@pytest.mark.parametrize("cpu", [True, False])
+def test_auto_plans_do_not_depend_on_the_batch_below_the_split_sizes(monkeypatch, cpu):
+    # a sample's GroupNorm must not change with the batch it came in (the Explorer's batch control
+    # relies on it): the plans sum in different orders, so auto must not switch plan with N alone
+    # (below the split plan's "much data" size, which does look at N * G * M)
+    from numr_web.backends.webgpu import group_norm_launch as gl
+
+    monkeypatch.delenv("NUMR_WEB_WEBGPU_PLAN", raising=False)
+    monkeypatch.setattr(gl, "PLAN", None)
+    ctx = types.SimpleNamespace(cpu_adapter=cpu)
+    for C, H, W, G in ((64, 8, 8, 8), (64, 8, 8, 4), (32, 16, 16, 8), (16, 4, 4, 1), (48, 8, 8, 16)):
+        chosen = set()
+        for N in (1, 2, 3, 5, 8):
+            assert N * C * H * W < 1 << 18  # below CPU_SPLIT_MIN_ELEMENTS
+            plan = _fake((N, C, H, W), G)
+            chosen.add((gl.use_thread(plan, ctx), gl.use_split(plan, ctx)))
+        assert len(chosen) == 1, (C, H, W, G, chosen)
 
 
 def test_thread_plan_keeps_long_groups_accurate(wg, use_plan, rng):  # noqa: F811

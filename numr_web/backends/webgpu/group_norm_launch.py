@@ -213,28 +213,30 @@ def plan_name() -> str:
 #: workgroup (a SIMD batch of 8 lanes on lavapipe)
 THREAD_WG = 8
 #: auto on CPU adapters: the thread plan for NCHW float32 groups of at most THREAD_MAX_GROUP
-#: elements when there are at least THREAD_MIN_GROUPS of them (fewer leave SIMD lanes and cores
-#: idle).  Side by side with the other plans (scripts/webgpu-plans on lavapipe, scripts/browser-bench
-#: --plans on SwiftShader; docs/webgpu.md): on SwiftShader the fastest plan on every bench shape
-#: (forward 0.67 to 0.74 of a copy against fused 0.28 to 0.61); on lavapipe the fastest for many
-#: small groups (16x1280x8x8: 0.67 to 0.72 of the fused plan's time) and about even with fused up
-#: to 20480 elements, slower at 40960 (8 lanes' groups no longer in cache for the second sweep).
-#: 16-bit storage keeps the split plan's 8-element loads (faster on lavapipe).
-THREAD_MIN_GROUPS = 32
+#: elements when a sample has at least THREAD_MIN_GROUPS of them (fewer leave SIMD lanes idle).
+#: The rule looks at G, not N * G, so that a sample's results do not depend on the batch it came
+#: in (the plans sum in different orders: the last bit may differ).  Side by side with the other
+#: plans (scripts/webgpu-plans on lavapipe, scripts/browser-bench --plans on SwiftShader;
+#: docs/webgpu.md): on SwiftShader the fastest forward on every bench shape (0.62 to 0.80 of a
+#: copy against fused 0.28 to 0.65); on lavapipe the fastest for many small groups (16x1280x8x8:
+#: 0.71 to 0.73 of the fused plan's time), within 7% of fused up to 20480 elements, and slower
+#: at 40960 (8 lanes' groups no longer in cache for the second sweep).  16-bit storage keeps the
+#: split plan's 8-element loads (faster on lavapipe).
+THREAD_MIN_GROUPS = 8
 THREAD_MAX_GROUP = 24576
 
 
 def use_thread(plan: GroupPlan, ctx) -> bool:
     """Whether this call runs the thread plan: NCHW rows of HW % 4 == 0 whose group one
     invocation can walk two or three times within lavapipe's loop watchdog (M / 4 <= STEP_CAP);
-    ``auto`` takes it on CPU adapters for float32 with enough groups, never on GPUs (one
-    invocation per group leaves a GPU idle)."""
+    ``auto`` takes it on CPU adapters for float32 with enough groups per sample, never on GPUs
+    (one invocation per group leaves a GPU idle)."""
     if plan.nhwc or plan.vec != 4 or plan.N * plan.G == 0 or plan.M == 0 or plan.M // 4 > STEP_CAP:
         return False
     name = plan_name()
     if name != "auto":
         return name == "thread"
-    return ctx.cpu_adapter and plan.isz == 4 and plan.M <= THREAD_MAX_GROUP and plan.N * plan.G >= THREAD_MIN_GROUPS
+    return ctx.cpu_adapter and plan.isz == 4 and plan.M <= THREAD_MAX_GROUP and plan.G >= THREAD_MIN_GROUPS
 
 
 def _thread_constants(silu, affine):
