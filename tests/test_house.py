@@ -84,7 +84,7 @@ KERNEL_ENTRIES = sorted(
 @pytest.mark.parametrize("kernel", KERNEL_ENTRIES)
 def test_every_kernel_binds_at_most_eight_storage_buffers(kernel):
     """WebGPU's default maxStorageBuffersPerShaderStage is 8 (SwiftShader allows 10, some GPUs 8)."""
-    roles = dict.fromkeys(re.findall(r"array<ST_(\w+)>", (ROOT / "kernels" / "wgsl" / kernel).read_text()), "f32")
+    roles = dict.fromkeys(re.findall(r"array<ST_(\w+)>", source.expand(kernel)), "f32")
     code = source.build(kernel, roles, {})
     assert len(re.findall(r"var<storage", code)) <= 8
 

@@ -47,9 +47,14 @@ def _literal(value) -> tuple[str, str]:
     raise TypeError(f"constant of unsupported type {type(value).__name__}")
 
 
+def expand(kernel: str) -> str:
+    """``kernel``'s text with its ``//!include`` lines replaced by the files they name."""
+    return _INCLUDE.sub(lambda m: read(m.group(1)), read(kernel))
+
+
 def build(kernel: str, dtypes: dict, constants: dict) -> str:
     """The WGSL text of ``kernel`` for role dtypes ``{"X": "f32", ...}`` and ``constants``."""
-    body = _INCLUDE.sub(lambda m: read(m.group(1)), read(kernel))
+    body = expand(kernel)
     head = []
     if any(v == "f16" for v in dtypes.values()):
         head.append("enable f16;")

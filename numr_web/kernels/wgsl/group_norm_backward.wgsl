@@ -17,20 +17,8 @@
 // every sum has a fixed order (deterministic, no atomics).
 //!include group_norm_common.wgsl
 //!include group_norm_coef.wgsl
-//!include group_norm_dz.wgsl
-@group(0) @binding(0) var<storage, read> X: array<ST_X>;
-@group(0) @binding(1) var<storage, read> DY: array<ST_DY>;
-@group(0) @binding(2) var<storage, read_write> DX: array<ST_DX>;
-@group(0) @binding(3) var<storage, read> W: array<f32>;
-@group(0) @binding(4) var<storage, read> B: array<f32>;
-@group(0) @binding(5) var<storage, read> MEAN: array<f32>;
-@group(0) @binding(6) var<storage, read> RSTD: array<f32>;
-// One workspace binding holds three arrays (a kernel may bind at most 8 storage buffers on
-// WebGPU's default limits): PART, (ds, db) per item and group of the chunk, from 0; DSDB,
-// (ds, db, 0, 0) per (n, c), from p.dsdb_at; COEF, (c0, c1, mean_lo, zlo) per (n, g),
-// from p.coef_at (offsets in vec4s).
-@group(0) @binding(7) var<storage, read_write> WS: array<vec4<f32>>;  // workspace: PART from 0, DSDB at p.dsdb_at, COEF at p.coef_at
-@group(0) @binding(8) var<uniform> p: Params;
+//!include group_norm_grad.wgsl
+//!include group_norm_backward_io.wgsl
 
 var<workgroup> wg_coef: vec2<f32>;
 var<workgroup> wg_res: array<f32, WG>;
@@ -70,35 +58,29 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let gl = wid.y * nwg.x + wid.x;
   if (gl >= p.ngroups) { return; }
   let gg = p.g_first + gl;
-  let n = gg / p.G;
-  let g = gg % p.G;
-  let mean = MEAN[gg];
-  let rstd = RSTD[gg];
-  let sc = rstd_scale(rstd);
-  let ms = mean * sc;
-  let rstd_s = rstd / sc;
+  let gr = grad_group(gg);
 
   var zlo = 0.0;  // scaled units
   if (SILU) {
-    if (lid == 0u) { wg_zlo = select(0.0, 1.0, refine(mean, rstd)); }
+    if (lid == 0u) { wg_zlo = select(0.0, 1.0, refine(gr.mean, gr.rstd)); }
     if (workgroupUniformLoad(&wg_zlo) != 0.0) {
-      wg_res[lid] = dot(resid_part(lid, gl, n, g, ms, sc), vec4<f32>(1.0));
+      wg_res[lid] = dot(resid_part(lid, gl, gr.n, gr.g, gr.ms, gr.sc), vec4<f32>(1.0));
       workgroupBarrier();
-      if (lid == 0u) { wg_zlo = mean_low_part(mean, wg_total(), p.inv_m, sc); }
+      if (lid == 0u) { wg_zlo = mean_low_part(gr.mean, wg_total(), p.inv_m, gr.sc); }
       zlo = workgroupUniformLoad(&wg_zlo);
     }
   }
 
   var res = vec4<f32>(0.0);
   for (var it = lid; it < p.items; it += WG) {
-    let I = item_of(it, gl, n, g);
-    let scale = lane_w(I.ch) * rstd_s;
+    let I = item_of(it, gl, gr.n, gr.g);
+    let scale = lane_w(I.ch) * gr.rstd_s;
     let shift = lane_b(I.ch) - zlo * scale;
     var ds = vec4<f32>(0.0);
     var db = vec4<f32>(0.0);
     for (var t = I.t0; t < I.t1; t++) {
       let e = I.base + t * I.tstride;
-      let xc = load_x(e) * sc - ms;
+      let xc = load_x(e) * gr.sc - gr.ms;
       let dz = dz_of(load_dy(e), xc, scale, shift);
       ds += dz * xc;
       db += dz;
@@ -130,7 +112,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         db += dot(WS[slot + 1u], vec4<f32>(1.0));
       }
     }
-    WS[p.dsdb_at + n * p.C + g * p.Cg + j] = vec4<f32>(ds, db, 0.0, 0.0);
+    WS[p.dsdb_at + gr.n * p.C + gr.g * p.Cg + j] = vec4<f32>(ds, db, 0.0, 0.0);
   }
   storageBarrier();
 
@@ -138,14 +120,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var sg = 0.0;
     var sgx = 0.0;
     for (var j = 0u; j < p.Cg; j++) {
-      let c = g * p.Cg + j;
+      let c = gr.g * p.Cg + j;
       var w = 1.0;
       if (AFFINE) { w = W[c]; }
-      let v = WS[p.dsdb_at + n * p.C + c].xy;
+      let v = WS[p.dsdb_at + gr.n * p.C + c].xy;
       sgx += w * v.x;
       sg += w * v.y;
     }
-    let cf = backward_coefficients(mean, rstd, sgx, sg, wg_total(), p.inv_m, sc);
+    let cf = backward_coefficients(gr.mean, gr.rstd, sgx, sg, wg_total(), p.inv_m, gr.sc);
     WS[p.coef_at + gg] = vec4<f32>(cf, zlo);
     wg_coef = cf.xy;
   }
@@ -153,13 +135,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 
   if (APPLY) {
     for (var it = lid; it < p.items; it += WG) {
-      let I = item_of(it, gl, n, g);
-      let scale = lane_w(I.ch) * rstd_s;
+      let I = item_of(it, gl, gr.n, gr.g);
+      let scale = lane_w(I.ch) * gr.rstd_s;
       let shift = lane_b(I.ch) - zlo * scale;
-      let alpha = lane_w(I.ch) * rstd;
+      let alpha = lane_w(I.ch) * gr.rstd;
       for (var t = I.t0; t < I.t1; t++) {
         let u = (I.base + t * I.tstride) >> 2u;
-        let xc = ld_X(u) * sc - ms;
+        let xc = ld_X(u) * gr.sc - gr.ms;
         let dz = dz_of(ld_DY(u), xc, scale, shift);
         st_DX(u, alpha * dz + cf.y * xc + cf.x);
       }

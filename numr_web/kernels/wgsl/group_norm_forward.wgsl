@@ -14,14 +14,7 @@
 // infinity gets NaN mean and rstd (and so NaN y), as on the CPU.
 //!include group_norm_common.wgsl
 //!include group_norm_stats.wgsl
-@group(0) @binding(0) var<storage, read> X: array<ST_X>;
-@group(0) @binding(1) var<storage, read_write> Y: array<ST_Y>;
-@group(0) @binding(2) var<storage, read> W: array<f32>;
-@group(0) @binding(3) var<storage, read> B: array<f32>;
-@group(0) @binding(4) var<storage, read_write> MEAN: array<f32>;
-@group(0) @binding(5) var<storage, read_write> RSTD: array<f32>;
-@group(0) @binding(6) var<storage, read_write> AUX: array<vec4<f32>>;   // (mean_hi, mean_lo_s, rstd_s, s) per group
-@group(0) @binding(7) var<uniform> p: Params;
+//!include group_norm_forward_io.wgsl
 
 var<workgroup> wg_part: array<vec2<f32>, WG>;
 var<workgroup> wg_stat: vec4<f32>;

@@ -103,24 +103,8 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
 // A group's second sum (finish_group), by its combine thread: (S1, S2) of x sc - k, vec4 steps.
 fn redo_sums(gl: u32, k: f32, sc: f32) -> vec2<f32> {
   let u0 = (p.x_base >> 2u) + gl * (p.M >> 2u);
-  let u1 = u0 + (p.M >> 2u);
-  var t1 = vec4<f32>(0.0);
-  var t2 = vec4<f32>(0.0);
-  var u = u0;
-  loop {
-    if (u >= u1) { break; }
-    let uend = min(u + 32u, u1);
-    var b1 = vec4<f32>(0.0);
-    var b2 = vec4<f32>(0.0);
-    for (; u < uend; u++) {
-      let d = ld_X(u) * sc - k;
-      b1 += d;
-      b2 += d * d;
-    }
-    t1 += b1;
-    t2 += b2;
-  }
-  return vec2<f32>(dot(t1, vec4<f32>(1.0)), dot(t2, vec4<f32>(1.0)));
+  let t = run_sums(u0, u0 + (p.M >> 2u), k, sc);
+  return vec2<f32>(dot(t[0], vec4<f32>(1.0)), dot(t[1], vec4<f32>(1.0)));
 }
 
 @compute @workgroup_size(WG)

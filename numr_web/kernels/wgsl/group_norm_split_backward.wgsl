@@ -16,7 +16,7 @@
 //!include group_norm_common.wgsl
 //!include group_norm_coef.wgsl
 //!include group_norm_split_rows.wgsl
-//!include group_norm_dz.wgsl
+//!include group_norm_grad.wgsl
 //!include group_norm_split_grad.wgsl
 @group(0) @binding(0) var<storage, read> X: array<ST_X>;
 @group(0) @binding(1) var<storage, read> DY: array<ST_DY>;
@@ -36,14 +36,13 @@ fn row_of(row: u32) -> Row {
   var o: Row;
   o.gg = p.g_first + row / p.Cg;
   o.c = (o.gg % p.G) * p.Cg + row % p.Cg;
-  let mean = MEAN[o.gg];
-  let rstd = RSTD[o.gg];
-  o.sc = rstd_scale(rstd);
-  o.ms = mean * o.sc;
+  let gr = grad_group(o.gg);
+  o.sc = gr.sc;
+  o.ms = gr.ms;
   var zlo = 0.0;
   if (SILU && !REFINE) { zlo = WS[p.coef_at + o.gg].w; }
-  o.alpha = lane_w(o.c) * rstd;
-  o.scale = lane_w(o.c) * (rstd / o.sc);
+  o.alpha = lane_w(o.c) * gr.rstd;
+  o.scale = lane_w(o.c) * gr.rstd_s;
   o.shift = lane_b(o.c) - zlo * o.scale;
   return o;
 }

@@ -1,7 +1,7 @@
 // The split backward's shared parts (group_norm_split_backward.wgsl,
 // group_norm_split_nhwc_backward.wgsl): the combine pass (entry point `combine`, one thread per
-// group).  Needs group_norm_dz.wgsl (refine, dz_of), MEAN, RSTD, W, WS, thread_index, the
-// constants SILU, AFFINE, REFINE, and the kernel's channel_sums(gl, j) (channel j's totals
+// group).  Needs group_norm_grad.wgsl (grad_group, refine, dz_of), MEAN, RSTD, W, WS,
+// thread_index, the constants SILU, AFFINE, REFINE, and the kernel's channel_sums(gl, j) (channel j's totals
 // (ds, db, sum xc_s)) and group_resid(gl) (the group's sum xc_s in the kernel's order: REFINE).
 
 // Group gl of the chunk, channels in order (fixed order, bitwise repeatable): REFINE: zlo ->
@@ -9,14 +9,10 @@
 // COEF = (c0, c1, mean_lo, zlo), as the fused kernel's thread 0.
 fn combine_group(gl: u32) {
   let gg = p.g_first + gl;
-  let n = gg / p.G;
-  let g = gg % p.G;
-  let mean = MEAN[gg];
-  let rstd = RSTD[gg];
-  let sc = rstd_scale(rstd);
+  let gr = grad_group(gg);
   if (REFINE) {
     var zlo = 0.0;
-    if (refine(mean, rstd)) { zlo = mean_low_part(mean, group_resid(gl), p.inv_m, sc); }
+    if (refine(gr.mean, gr.rstd)) { zlo = mean_low_part(gr.mean, group_resid(gl), p.inv_m, gr.sc); }
     WS[p.coef_at + gg] = vec4<f32>(0.0, 0.0, 0.0, zlo);
     return;
   }
@@ -26,8 +22,8 @@ fn combine_group(gl: u32) {
   for (var j = 0u; j < p.Cg; j++) {
     let v = channel_sums(gl, j);
     res += v.z;
-    let c = g * p.Cg + j;
-    WS[p.dsdb_at + n * p.C + c] = vec4<f32>(v.x, v.y, 0.0, 0.0);
+    let c = gr.g * p.Cg + j;
+    WS[p.dsdb_at + gr.n * p.C + c] = vec4<f32>(v.x, v.y, 0.0, 0.0);
     var w = 1.0;
     if (AFFINE) { w = W[c]; }
     sgx += w * v.x;
@@ -35,7 +31,7 @@ fn combine_group(gl: u32) {
   }
   var zlo = 0.0;
   if (SILU) { zlo = WS[p.coef_at + gg].w; }
-  let cf = backward_coefficients(mean, rstd, sgx, sg, res, p.inv_m, sc);
+  let cf = backward_coefficients(gr.mean, gr.rstd, sgx, sg, res, p.inv_m, gr.sc);
   WS[p.coef_at + gg] = vec4<f32>(cf, zlo);
 }
 

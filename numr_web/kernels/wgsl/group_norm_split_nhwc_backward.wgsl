@@ -16,7 +16,7 @@
 //!include group_norm_common.wgsl
 //!include group_norm_coef.wgsl
 //!include group_norm_split_tiles.wgsl
-//!include group_norm_dz.wgsl
+//!include group_norm_grad.wgsl
 //!include group_norm_split_grad.wgsl
 @group(0) @binding(0) var<storage, read> X: array<ST_X>;
 @group(0) @binding(1) var<storage, read> DY: array<ST_DY>;

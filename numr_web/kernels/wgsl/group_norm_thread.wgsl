@@ -11,41 +11,18 @@
 // The launcher keeps M / 4 within STEP_CAP (lavapipe's loop watchdog counts every iteration).
 //!include group_norm_common.wgsl
 //!include group_norm_stats.wgsl
-@group(0) @binding(0) var<storage, read> X: array<ST_X>;
-@group(0) @binding(1) var<storage, read_write> Y: array<ST_Y>;
-@group(0) @binding(2) var<storage, read> W: array<f32>;
-@group(0) @binding(3) var<storage, read> B: array<f32>;
-@group(0) @binding(4) var<storage, read_write> MEAN: array<f32>;
-@group(0) @binding(5) var<storage, read_write> RSTD: array<f32>;
-@group(0) @binding(6) var<storage, read_write> AUX: array<vec4<f32>>;   // (mean_hi, mean_lo_s, rstd_s, s) per group
-@group(0) @binding(7) var<uniform> p: Params;
+//!include group_norm_forward_io.wgsl
 
-// (sum (x s - k s), sum (x s - k s)^2) over the nv vec4s from b4.
+// (sum (x s - k s), sum (x s - k s)^2) over the nv vec4s from b4: run_sums (group_norm_stats.wgsl)
+// over runs of 1024 steps, added in order (the third level).
 fn group_sums(b4: u32, nv: u32, k: f32, sc: f32) -> vec2<f32> {
   let ks = k * sc;
   var s1 = vec4<f32>(0.0);
   var s2 = vec4<f32>(0.0);
-  var u = 0u;
-  loop {
-    if (u >= nv) { break; }
-    let uend = min(u + 1024u, nv);
-    var m1 = vec4<f32>(0.0);
-    var m2 = vec4<f32>(0.0);
-    loop {
-      if (u >= uend) { break; }
-      let bend = min(u + 32u, uend);
-      var b1 = vec4<f32>(0.0);
-      var b2 = vec4<f32>(0.0);
-      for (; u < bend; u++) {
-        let d = ld_X(b4 + u) * sc - ks;
-        b1 += d;
-        b2 += d * d;
-      }
-      m1 += b1;
-      m2 += b2;
-    }
-    s1 += m1;
-    s2 += m2;
+  for (var u = 0u; u < nv; u += 1024u) {
+    let m = run_sums(b4 + u, b4 + min(u + 1024u, nv), ks, sc);
+    s1 += m[0];
+    s2 += m[1];
   }
   return vec2<f32>(dot(s1, vec4<f32>(1.0)), dot(s2, vec4<f32>(1.0)));
 }

@@ -7,16 +7,8 @@
 // part before z is rebuilt.  No barriers; every sum has a fixed order.
 //!include group_norm_common.wgsl
 //!include group_norm_coef.wgsl
-//!include group_norm_dz.wgsl
-@group(0) @binding(0) var<storage, read> X: array<ST_X>;
-@group(0) @binding(1) var<storage, read> DY: array<ST_DY>;
-@group(0) @binding(2) var<storage, read_write> DX: array<ST_DX>;
-@group(0) @binding(3) var<storage, read> W: array<f32>;
-@group(0) @binding(4) var<storage, read> B: array<f32>;
-@group(0) @binding(5) var<storage, read> MEAN: array<f32>;
-@group(0) @binding(6) var<storage, read> RSTD: array<f32>;
-@group(0) @binding(7) var<storage, read_write> WS: array<vec4<f32>>;  // DSDB at p.dsdb_at, COEF at p.coef_at
-@group(0) @binding(8) var<uniform> p: Params;
+//!include group_norm_grad.wgsl
+//!include group_norm_backward_io.wgsl
 
 // sum (x s - ms) over the nv vec4s from b4, in blocks of 32 steps.
 fn resid_sum(b4: u32, nv: u32, ms: f32, sc: f32) -> f32 {
@@ -38,20 +30,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let gl = (wid.y * nwg.x + wid.x) * WG + lid;
   if (gl >= p.ngroups) { return; }
   let gg = p.g_first + gl;
-  let n = gg / p.G;
-  let g = gg % p.G;
-  let mean = MEAN[gg];
-  let rstd = RSTD[gg];
-  let sc = rstd_scale(rstd);
-  let ms = mean * sc;
-  let rstd_s = rstd / sc;
+  let gr = grad_group(gg);
   let nv = p.M >> 2u;
   let hw4 = p.HW >> 2u;
   let b4 = (p.x_base + gl * p.M) >> 2u;
 
   var zlo = 0.0;  // scaled units
-  if (refine(mean, rstd)) {
-    zlo = mean_low_part(mean, resid_sum(b4, nv, ms, sc), p.inv_m, sc);
+  if (refine(gr.mean, gr.rstd)) {
+    zlo = mean_low_part(gr.mean, resid_sum(b4, nv, gr.ms, gr.sc), p.inv_m, gr.sc);
   }
 
   var res = vec4<f32>(0.0);
@@ -59,8 +45,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   var sgx = 0.0;
   var u = b4;
   for (var c = 0u; c < p.Cg; c++) {
-    let ch = g * p.Cg + c;
-    let scale = lane_w(ch) * rstd_s;
+    let ch = gr.g * p.Cg + c;
+    let scale = lane_w(ch) * gr.rstd_s;
     let shift = lane_b(ch) - zlo * scale;
     var ds = vec4<f32>(0.0);
     var db = vec4<f32>(0.0);
@@ -72,7 +58,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       var bb = vec4<f32>(0.0);
       var br = vec4<f32>(0.0);
       for (; u < bend; u++) {
-        let xc = ld_X(u) * sc - ms;
+        let xc = ld_X(u) * gr.sc - gr.ms;
         let dz = dz_of(ld_DY(u), xc, scale, shift);
         bs += dz * xc;
         bb += dz;
@@ -84,23 +70,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let dsv = dot(ds, vec4<f32>(1.0));
     let dbv = dot(db, vec4<f32>(1.0));
-    WS[p.dsdb_at + n * p.C + ch] = vec4<f32>(dsv, dbv, 0.0, 0.0);
+    WS[p.dsdb_at + gr.n * p.C + ch] = vec4<f32>(dsv, dbv, 0.0, 0.0);
     let w = lane_w(ch).x;
     sgx += w * dsv;
     sg += w * dbv;
   }
-  let cf = backward_coefficients(mean, rstd, sgx, sg, dot(res, vec4<f32>(1.0)), p.inv_m, sc);
+  let cf = backward_coefficients(gr.mean, gr.rstd, sgx, sg, dot(res, vec4<f32>(1.0)), p.inv_m, gr.sc);
   WS[p.coef_at + gg] = vec4<f32>(cf, zlo);
 
   u = b4;
   for (var c = 0u; c < p.Cg; c++) {
-    let ch = g * p.Cg + c;
-    let scale = lane_w(ch) * rstd_s;
+    let ch = gr.g * p.Cg + c;
+    let scale = lane_w(ch) * gr.rstd_s;
     let shift = lane_b(ch) - zlo * scale;
-    let alpha = lane_w(ch) * rstd;
+    let alpha = lane_w(ch) * gr.rstd;
     let uend = u + hw4;
     for (; u < uend; u++) {
-      let xc = ld_X(u) * sc - ms;
+      let xc = ld_X(u) * gr.sc - gr.ms;
       let dz = dz_of(ld_DY(u), xc, scale, shift);
       st_DX(u, alpha * dz + cf.y * xc + cf.x);
     }
