@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 
@@ -118,16 +119,10 @@ def _check_bench(parser, args):
         parser.error("argument --dtype: WebGPU has no float64 (WGSL); use float32, float16 or bfloat16")
     if args.ideal and (args.backend != "cpu" or args.dtype not in ("float32", "float64")):
         parser.error("argument --ideal: needs --backend cpu and --dtype float32 or float64")
-    if args.ideal:
-        import importlib.util
-
-        if importlib.util.find_spec("numba") is None:
-            parser.error("argument --ideal: needs Numba (pip install numba), or leave --ideal out")
-    if args.compare == "torch":
-        import importlib.util
-
-        if importlib.util.find_spec("torch") is None:
-            parser.error("argument --compare: torch is not installed here (pip install torch), or leave --compare out")
+    needs = {"--ideal": ("numba", args.ideal), "--compare": ("torch", args.compare == "torch")}
+    for flag, (module, wanted) in needs.items():
+        if wanted and importlib.util.find_spec(module) is None:
+            parser.error(f"argument {flag}: {module} is not installed here (pip install {module}), or leave {flag} out")
 
 
 #: (N, C, H, W, G) calls that reach every fused CPU kernel family: many groups (one work

@@ -79,17 +79,22 @@ def _calls(be, x, dy, w, b, G, act):
     return [be.to_numpy(a) for a in (y, mean, rstd, dx, dw, db)]
 
 
+def _case(rng, shape, G, offset, act):
+    """x (offset + N(0, 1)), dy, w, b (float32) and the float64 formula's y, mean, rstd, dx, dw, db."""
+    x = (offset + rng.standard_normal(shape)).astype(np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal(shape[1]).astype(np.float32)
+    b = rng.standard_normal(shape[1]).astype(np.float32)
+    return x, dy, w, b, [*ref_forward(x, G, w, b, 1e-5, act), *ref_backward(dy, x, G, w, b, 1e-5, act)]
+
+
 CASES = [((2, 16, 8, 8), 4, 0.0), ((2, 32, 16, 16), 8, 1e4), ((1, 8, 64, 64), 2, 0.0), ((3, 12, 4, 12), 3, 1e5)]
 
 
 @pytest.mark.parametrize("shape,G,offset", CASES)
 @pytest.mark.parametrize("act", [None, "silu"])
 def test_split_agrees_with_fused_and_the_formula(wg, use_plan, rng, shape, G, offset, act):  # noqa: F811
-    x = (offset + rng.standard_normal(shape)).astype(np.float32)
-    dy = rng.standard_normal(shape).astype(np.float32)
-    w = rng.standard_normal(shape[1]).astype(np.float32)
-    b = rng.standard_normal(shape[1]).astype(np.float32)
-    ref = [*ref_forward(x, G, w, b, 1e-5, act), *ref_backward(dy, x, G, w, b, 1e-5, act)]
+    x, dy, w, b, ref = _case(rng, shape, G, offset, act)
     tol = [2e-6, 2e-6, 2e-6, 5e-6, 5e-6, 5e-6]
     out = {}
     for label in PLANS:
@@ -428,11 +433,7 @@ NHWC_ENTRIES = {
 @pytest.mark.parametrize("shape,G,offset", NHWC_CASES)
 @pytest.mark.parametrize("act", [None, "silu"])
 def test_nhwc_split_agrees_with_fused_and_the_formula(wg, use_plan, rng, shape, G, offset, act):  # noqa: F811
-    x = (offset + rng.standard_normal(shape)).astype(np.float32)
-    dy = rng.standard_normal(shape).astype(np.float32)
-    w = rng.standard_normal(shape[1]).astype(np.float32)
-    b = rng.standard_normal(shape[1]).astype(np.float32)
-    ref = [*ref_forward(x, G, w, b, 1e-5, act), *ref_backward(dy, x, G, w, b, 1e-5, act)]
+    x, dy, w, b, ref = _case(rng, shape, G, offset, act)
     ref[0], ref[3] = nhwc(ref[0]), nhwc(ref[3])
     tol = [2e-6, 2e-6, 2e-6, 5e-6, 5e-6, 5e-6]
     out = {}

@@ -239,42 +239,16 @@ def use_thread(plan: GroupPlan, ctx) -> bool:
     return ctx.cpu_adapter and plan.isz == 4 and plan.M <= THREAD_MAX_GROUP and plan.G >= THREAD_MIN_GROUPS
 
 
-def _thread_constants(silu, affine):
-    return {"NHWC": False, "VEC": 4, "APPLY": True, "SILU": silu, "AFFINE": affine, "WG": THREAD_WG}
-
-
-def _forward_thread(ctx, x, y, mean, rstd, aux, plan, affine_binds, eps, silu, affine, dt):
-    for g_first, ngroups, off, size, x_base, _count in plan.chunks(ctx.max_binding):
-        ctx.launch(
-            "group_norm_thread.wgsl",
-            "main",
-            dt,
-            _thread_constants(silu, affine),
-            [(x.buffer, off, size), (y.buffer, off, size), *affine_binds, *(_whole(ctx, a) for a in (mean, rstd, aux))],
-            -(-ngroups // THREAD_WG),
-            plan.params(x_base, g_first, ngroups, eps),
-        )
-
-
-def _backward_thread(ctx, x, dy, dx, mean, rstd, plan, affine_binds, silu, use_w, dt):
-    ws = Workspace(ctx, plan, 0)  # DSDB and COEF only
-    for g_first, ngroups, off, size, x_base, _count in ws.chunks:
-        ctx.launch(
-            "group_norm_thread_backward.wgsl",
-            "main",
-            dt,
-            _thread_constants(silu, use_w),
-            [
-                *((a.buffer, off, size) for a in (x, dy, dx)),
-                *affine_binds,
-                _whole(ctx, mean),
-                _whole(ctx, rstd),
-                _whole(ctx, ws.scratch),
-            ],
-            -(-ngroups // THREAD_WG),
-            plan.params(x_base, g_first, ngroups, workspace=ws),
-        )
-    return ws
+def _whole_group_kernel(plan: GroupPlan, thread: bool, backward: bool, silu, affine):
+    """(kernel, constants, groups per workgroup) of the kernels that take whole (n, g) groups and
+    share one binding list: the thread plan's (THREAD_WG groups per workgroup, one per invocation)
+    or the fused plan's (a workgroup per group)."""
+    if thread:
+        kernel = "group_norm_thread_backward.wgsl" if backward else "group_norm_thread.wgsl"
+        consts = {"NHWC": False, "VEC": 4, "APPLY": True, "SILU": silu, "AFFINE": affine, "WG": THREAD_WG}
+        return kernel, consts, THREAD_WG
+    kernel = "group_norm_backward.wgsl" if backward else "group_norm_forward.wgsl"
+    return kernel, plan.constants(plan.fused, silu, affine), 1
 
 
 def _use_split_nhwc(plan: GroupPlan, ctx) -> bool:
@@ -699,10 +673,8 @@ def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation, layout):
     key = ctx.dtype_key(x.dtype.name)
     dt = {"X": key, "Y": key}
     affine_binds = [_whole(ctx, w if affine else ctx.dummy), _whole(ctx, b if affine else ctx.dummy)]
-    if use_thread(plan, ctx):
-        _forward_thread(ctx, x, y, mean, rstd, aux, plan, affine_binds, eps, silu, affine, dt)
-        return y, mean, rstd
-    if use_split(plan, ctx):
+    thread = use_thread(plan, ctx)
+    if not thread and use_split(plan, ctx):
         run = _forward_split_nhwc if plan.nhwc else _forward_split
         run(ctx, x, y, mean, rstd, plan, affine_binds, eps, silu, affine, key)
         return y, mean, rstd
@@ -730,16 +702,17 @@ def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation, layout):
                 blocks.params(x_base, g_first, ngroups, eps),
             )
         return y, mean, rstd
+    kernel, consts, per_wg = _whole_group_kernel(plan, thread, False, silu, affine)
     for g_first, ngroups, off, size, x_base, count in plan.chunks(ctx.max_binding):
         xb = (x.buffer, off, size)
         yb = (y.buffer, off, size)
         ctx.launch(
-            "group_norm_forward.wgsl",
+            kernel,
             "main",
             dt,
-            plan.constants(plan.fused, silu, affine),
+            consts,
             [xb, yb, *affine_binds, _whole(ctx, mean), _whole(ctx, rstd), _whole(ctx, aux)],
-            ngroups,
+            -(-ngroups // per_wg),
             plan.params(x_base, g_first, ngroups, eps),
         )
         if not plan.fused:
@@ -790,9 +763,7 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
         ]
         thread = use_thread(plan, ctx)
         split = not thread and use_split(plan, ctx, backward=True)
-        if thread:
-            ws = _backward_thread(ctx, x, dy, dx, mean, rstd, plan, affine_binds, silu, use_w, dt)
-        elif split:
+        if split:
             run = _backward_split_nhwc if plan.nhwc else _backward_split
             ws = run(ctx, x, dy, dx, mean, rstd, plan, affine_binds, silu, use_w, key)
         elif _block_path(plan):
@@ -817,15 +788,16 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
                     ngroups // blocks.GB,
                     blocks.params(x_base, g_first, ngroups, workspace=ws),
                 )
-        else:
-            ws = Workspace(ctx, plan, plan.items * 32)
-        for g_first, ngroups, off, size, x_base, count in [] if (thread or split or _block_path(plan)) else ws.chunks:
+        else:  # the thread plan leaves PART empty: a group's sums stay in its invocation
+            ws = Workspace(ctx, plan, 0 if thread else plan.items * 32)
+        kernel, consts, per_wg = _whole_group_kernel(plan, thread, True, silu, use_w)
+        for g_first, ngroups, off, size, x_base, count in [] if (split or _block_path(plan)) else ws.chunks:
             xb, dyb, dxb = (x.buffer, off, size), (dy.buffer, off, size), (dx.buffer, off, size)
             ctx.launch(
-                "group_norm_backward.wgsl",
+                kernel,
                 "main",
                 dt,
-                plan.constants(plan.fused, silu, use_w),
+                consts,
                 [
                     xb,
                     dyb,
@@ -835,7 +807,7 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
                     _whole(ctx, rstd),
                     _whole(ctx, ws.scratch),
                 ],
-                ngroups,
+                -(-ngroups // per_wg),
                 plan.params(x_base, g_first, ngroups, workspace=ws),
             )
             if not plan.fused:
