@@ -602,7 +602,8 @@ def test_offline(browser):
 
 def test_browser_bench_runs(wheel):
     """scripts/browser-bench on one small shape, float32 and bfloat16: its JSON has forward, backward and
-    copy rows, timed end to end against the fastest of the three copies (named), bytes counted."""
+    copy rows, timed end to end against the fastest of the three copies (named), bytes counted, with
+    two plans and the floor kernels beside them."""
     if pb.prerequisites():
         _missing(pb.prerequisites())
     script = ROOT / "scripts" / "browser-bench"
@@ -610,7 +611,7 @@ def test_browser_bench_runs(wheel):
     out_json = wheel.parent / "bench.json"
     out = subprocess.run(
         [sys.executable, str(script), *"--shapes 1,64,16,16,8 --repeat 3 --runs 2 --dtype float32,bfloat16".split()]
-        + ["--plans", "fused,thread"]
+        + ["--plans", "fused,thread", "--floor"]
         + ["--wheel", str(wheel), "--json", str(out_json)],
         capture_output=True,
         text=True,
@@ -639,9 +640,12 @@ def test_browser_bench_runs(wheel):
             assert row[f"forward@{plan}_ms"] > 0 and 0 < row[f"forward@{plan}_of_copy"] < 10, row
             assert row[f"backward@{plan}_ms"] > 0 and 0 < row[f"backward@{plan}_of_copy"] < 10, row
         assert "backward@split_ms" not in row
+        for name in ("floor_forward", "floor_backward"):  # --floor: numr_web.bench.floor's kernels, same rounds
+            assert row[f"{name}_ms"] > 0 and 0 < row[f"{name}_of_copy"] < 10 and name not in row["failed"], row
         # a backward that numr_web cannot run here is reported with its error (test_backward_in_browser fails for it)
         assert (row["backward_ms"] or 0) > 0 and 0 < row["backward_of_copy"] < 10 or row["failed"].get("backward"), row
     assert out.stdout.count("plan thread   fwd/copy") == 4, out.stdout
+    assert out.stdout.count("floor kernels fwd/copy") == 4, out.stdout
     printed = [line for line in out.stdout.splitlines() if line.startswith("1,64,16,16 G=8 ")]
     assert len(printed) == 4 and all("nchw" in line for line in printed), out.stdout
     assert "float32" in printed[0] and "bfloat16" in printed[1] and "run 2/2" in out.stdout, out.stdout

@@ -278,6 +278,38 @@ def test_bench_table_prints_one_table_per_adapter(tmp_path):
     assert "| channels-last, bfloat16 | 0.61 (0.50-0.65) / 0.62 |" in spread.stdout, spread.stdout
 
 
+def test_bench_table_puts_floor_rows_under_their_layout_and_dtype(tmp_path):
+    """Files measured with --floor get a row of the floor kernels' ratios (medians over the runs)
+    under their own row; files without the floor get none."""
+    lava = json.loads(_bench_doc("nchw", "float32", [(0.5, 0.4), (0.6, 0.5), (0.7, 0.3)]))
+    for run, (f, b) in zip(lava["runs"], [(0.81, 0.7), (0.9, 0.72), (0.85, 0.74)]):
+        for row in run:
+            row |= {"floor_fwd_of_copy": f, "floor_bwd_of_copy": b}
+    (tmp_path / "webgpu-lavapipe-nchw.json").write_text(json.dumps(lava))
+    (tmp_path / "webgpu-lavapipe-nchw-float16.json").write_text(_bench_doc("nchw", "float16", [(0.25, 0.35)]))
+    rows = [
+        {"shape": [2, 320, 64, 64], "groups": 32, "layout": "nchw", "dtype": "float32", "forward_of_copy": 0.6}
+        | {"backward_of_copy": 0.5, "copy_variant": "copy_grid", "floor_forward_of_copy": fl}
+        | {"floor_backward_of_copy": 0.66}
+        for fl in (0.7, 0.75, 0.65)
+    ]
+    browser = {"chromium": "156", "pyodide": "314", "repeat": 7, "timing": "end-to-end", "rows": [rows[0]]}
+    browser["runs"] = [[r] for r in rows]
+    (tmp_path / "webgpu-browser-swiftshader.json").write_text(json.dumps(browser | {"command": "b"}))
+    out = _run("bench-table", "--dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    tables = [b.splitlines() for b in out.stdout.split("\n\n") if b.startswith("| ")]
+    assert tables[0][2:] == [
+        "| NCHW, float32 | 0.60 / 0.40 | 0.60 / 0.40 | - | - | - |",
+        "| NCHW, float32: floor kernels | 0.85 / 0.72 | 0.85 / 0.72 | - | - | - |",
+        "| NCHW, float16 | 0.25 / 0.35 | 0.25 / 0.35 | - | - | - |",
+    ], tables[0]
+    assert tables[1][2:] == [
+        "| NCHW, float32 | 0.60 / 0.50 | - | - | - | - |",
+        "| NCHW, float32: floor kernels | 0.70 / 0.66 | - | - | - | - |",
+    ], tables[1]
+
+
 def test_bench_table_refuses_a_folder_without_rows(tmp_path):
     out = _run("bench-table", "--dir", str(tmp_path))
     assert out.returncode == 2 and out.stdout == "" and "argument --dir:" in out.stderr, out.stderr

@@ -99,6 +99,12 @@ def _scenarios(be, rng):
     big.sum()
     for v in COPY_VARIANTS:
         device_copy(big, v)
+    from numr_web.bench import floor
+
+    for dtype in (np.float32, np.float16, BFLOAT16):  # the benchmark's floor kernels, every storage format
+        f = be.from_numpy(rng.standard_normal((2, 8, 4, 4)).astype(dtype))
+        for fn in floor.timed_callables(f, f, 4).values():
+            fn()
 
 
 def test_every_wgsl_variant_compiles_on_dawn(wg, tmp_path):

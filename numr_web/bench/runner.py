@@ -252,6 +252,10 @@ def _prepare(shape, args, be, device, dt, torch_side, rng, timing=None):
         from numr_web.bench import ideal
 
         fns.update(ideal.timed_callables(x, dy))
+    if getattr(args, "floor", False):
+        from numr_web.bench import floor
+
+        fns.update(floor.timed_callables(X, DY, groups))
     timers = {k: (torch_side.timer if k.startswith("torch") else timer) for k in fns}
     per_sample, settle = plan_samples(fns, timers)
     return {
@@ -313,6 +317,10 @@ def _measure(case, repeat, args, be, device, torch_side):
         from numr_web.bench import ideal
 
         row.update(ideal.row_fields(med))
+    if "floor_fwd" in samples:
+        from numr_web.bench import floor
+
+        row.update(floor.row_fields(samples, row))
     # fraction of the copy's throughput (bytes per second), per round: forward moves 2 x-sizes
     # of bytes, backward 3, the copy 2
     row["fwd_of_copy"] = median_throughput_ratio(samples, "fwd", row["fwd_bytes"], "copy", row["copy_bytes"])
@@ -327,12 +335,12 @@ def _measure(case, repeat, args, be, device, torch_side):
 
 
 #: the ratios whose spread over runs ``--runs`` reports
-_RANGE_KEYS = ("fwd_of_copy", "bwd_of_copy", "total_vs_torch")
+_RANGE_KEYS = ("fwd_of_copy", "bwd_of_copy", "total_vs_torch", "floor_fwd_of_copy", "floor_bwd_of_copy")
 
 
 def _ranges(runs, torch):
     """Per shape, (min, max) of each ratio over the runs."""
-    keys = [k for k in _RANGE_KEYS if torch or k != "total_vs_torch"]
+    keys = [k for k in _RANGE_KEYS if k in runs[0][0] and (torch or k != "total_vs_torch")]
     out = []
     for i, row in enumerate(runs[0]):
         entry = {"shape": row["shape"], "groups": row["groups"]}
@@ -345,7 +353,13 @@ def _ranges(runs, torch):
 
 def _ranges_table(ranges):
     keys = [k for k in _RANGE_KEYS if k in ranges[0]]
-    names = {"fwd_of_copy": "fwd/copy", "bwd_of_copy": "bwd/copy", "total_vs_torch": "(f+b)/torch"}
+    names = {
+        "fwd_of_copy": "fwd/copy",
+        "bwd_of_copy": "bwd/copy",
+        "total_vs_torch": "(f+b)/torch",
+        "floor_fwd_of_copy": "floor fwd/copy",
+        "floor_bwd_of_copy": "floor bwd/copy",
+    }
     lines = ["| shape | " + " | ".join(names[k] for k in keys) + " |", "|" + "---|" * (len(keys) + 1)]
     for e in ranges:
         lines.append(f"| {_shape_label(e)} | " + " | ".join(f"{e[k][0]:.2f} to {e[k][1]:.2f}" for k in keys) + " |")
@@ -364,6 +378,8 @@ def _format_row(r, torch):
     )
     if torch:
         s += f", vs torch fwd {r['fwd_vs_torch']:.2f}x bwd {r['bwd_vs_torch']:.2f}x"
+    if "floor_fwd_of_copy" in r:
+        s += f"; floor fwd {r['floor_fwd_of_copy']:.2f} bwd {r['floor_bwd_of_copy']:.2f} of copy"
     return s
 
 
@@ -378,6 +394,13 @@ def _table(rows, torch):
         ("fwd/copy", lambda r: f"{r['fwd_of_copy']:.2f}"),
         ("bwd/copy", lambda r: f"{r['bwd_of_copy']:.2f}"),
     ]
+    if "floor_fwd_of_copy" in rows[0]:
+        cols += [
+            ("floor fwd/copy", lambda r: f"{r['floor_fwd_of_copy']:.2f}"),
+            ("floor bwd/copy", lambda r: f"{r['floor_bwd_of_copy']:.2f}"),
+            ("fwd/floor", lambda r: f"{r['fwd_of_floor']:.2f}"),
+            ("bwd/floor", lambda r: f"{r['bwd_of_floor']:.2f}"),
+        ]
     if torch:
         cols += [
             ("torch fwd ms", lambda r: f"{r['torch_fwd_ms']:.3f}"),

@@ -1,0 +1,97 @@
+"""A second yardstick for WebGPU GroupNorm: the floor of the thread plan's shape.
+
+A copy reads x once.  GroupNorm cannot: a group's output needs the group's
+sums, so every kernel reads x (and, backward, dy) twice, the second time from
+cache where a group fits there.  ``numr-web bench --floor`` (and
+``scripts/browser-bench --floor``) time, in the same interleaved rounds as the
+op and the copies, the kernels of ``kernels/wgsl/floor.wgsl``: one invocation
+per NCHW (n, g) group, as the thread plan runs, with plain running sums and
+nothing else (no shifted or blocked sums, no redo, no weights, no statistics
+stored).  ``floor_fwd`` sums x and x*x, then writes x * a + b; ``floor_bwd``
+sums dy and dy*x, then writes dy * a + x * b + c.  Each has the storage
+conversions of the dtype (float16 and bfloat16 unpacked and packed as the op
+does).  Their throughput over the copy's says how near to a copy any kernel of
+that shape gets on the adapter; the op's over theirs, how much the op's
+numerics and launches cost on top.  They compute no GroupNorm: nothing reads
+their output.
+"""
+
+from __future__ import annotations
+
+import struct
+
+#: the timed callables' names, in the order they are timed
+NAMES = ("floor_fwd", "floor_bwd")
+#: groups per workgroup (one per invocation), as the thread plan runs them
+FLOOR_WG = 8
+
+
+def _check(x, dy, groups):
+    from numr_web.backends.webgpu.array import WebGPUArray
+    from numr_web.backends.webgpu.group_norm_launch import STEP_CAP
+
+    for name, a in (("x", x), ("dy", dy)):
+        if not isinstance(a, WebGPUArray):
+            raise TypeError(f"{name}: expected a WebGPU array, got {type(a).__name__}")
+    if x.shape != dy.shape or x.dtype != dy.dtype:
+        raise ValueError(f"x, dy: expected one shape and dtype, got {x.shape} {x.dtype} and {dy.shape} {dy.dtype}")
+    if len(x.shape) < 3 or not (x.is_c_contiguous and dy.is_c_contiguous):
+        raise ValueError(f"x: the floor kernels take C-ordered (NCHW) arrays of 3 or more dimensions, got {x.shape}")
+    n, c = x.shape[:2]
+    hw = x.size // max(n * c, 1)
+    if not (isinstance(groups, int) and groups > 0 and c % groups == 0):
+        raise ValueError(f"groups: expected a positive divisor of C={c}, got {groups!r}")
+    m = c // groups * hw
+    if hw % 4 or m == 0:
+        raise ValueError(f"x: the floor kernels step 4 elements at a time: H*W={hw} must be a positive multiple of 4")
+    if m // 4 > STEP_CAP:
+        raise ValueError(
+            f"x: a group of {m} elements is longer than one invocation may walk ({4 * STEP_CAP}: lavapipe's loop limit)"
+        )
+    if x.nbytes > x.ctx.max_binding:
+        raise ValueError(f"x: {x.nbytes} bytes, past this adapter's binding limit ({x.ctx.max_binding})")
+    return n * groups, m
+
+
+def timed_callables(x, dy, groups) -> dict:
+    """``{name: callable}`` for ``NAMES`` on the WebGPU arrays x and dy (NCHW, one dtype, H*W a
+    multiple of 4, groups within lavapipe's loop limit); each call returns its output array."""
+    from numr_web.backends.webgpu import array_kernels
+
+    ngroups, m = _check(x, dy, groups)
+    ctx = x.ctx
+    out = array_kernels.empty_like(x)
+    key = ctx.dtype_key(x.dtype.name)
+    dtypes = {"X": key, "DY": key, "OUT": key}
+    params = struct.pack("<2If4x", ngroups, m // 4, 1.0 / m)
+    workgroups = -(-ngroups // FLOOR_WG)
+
+    def call(entry, arrays):
+        binds = [(a.buffer, 0, min(a.buffer.size, ctx.max_binding)) for a in arrays]
+
+        def run():
+            ctx.launch("floor.wgsl", entry, dtypes, {"WG": FLOOR_WG}, binds, workgroups, params)
+            return out
+
+        return run
+
+    # the forward binds x as DY too (it reads only X)
+    return {"floor_fwd": call("floor_forward", (x, x, out)), "floor_bwd": call("floor_backward", (x, dy, out))}
+
+
+def row_fields(samples: dict, row: dict) -> dict:
+    """The bench row's floor fields from the rounds' samples (seconds): each kernel's ms, its
+    throughput over the copy's (``floor_fwd_of_copy``, ``floor_bwd_of_copy``; the op's bytes, so
+    comparable with ``fwd_of_copy``) and the op's throughput over the floor's (``fwd_of_floor``,
+    ``bwd_of_floor``), medians of per-round ratios."""
+    import statistics
+
+    from numr_web.bench.timing import median_throughput_ratio
+
+    out = {}
+    for kind in ("fwd", "bwd"):
+        name, moved = f"floor_{kind}", row[f"{kind}_bytes"]
+        out[f"{name}_ms"] = statistics.median(samples[name]) * 1e3
+        out[f"{name}_of_copy"] = median_throughput_ratio(samples, name, moved, "copy", row["copy_bytes"])
+        out[f"{kind}_of_floor"] = median_throughput_ratio(samples, kind, moved, name, moved)
+    return out
