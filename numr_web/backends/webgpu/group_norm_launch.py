@@ -750,8 +750,10 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
         w_eff, use_w = array_kernels.full(ctx, (plan.C,), F32, 1.0), True
     else:
         w_eff, use_w = w, affine
-    if b is None:
-        b = array_kernels.full(ctx, (plan.C,), F32, 0.0) if use_w else None
+    if b is None and use_w:
+        # the backward kernels read B only with SILU (z = xc * scale + shift), which always has a
+        # bias by now: any C float32s fill the binding, so no array of zeros is made and filled
+        b = w_eff
 
     ws = None
     if plan.N * plan.G > 0 and plan.M > 0:
