@@ -22,10 +22,11 @@ def _groups(a, groups):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-@pytest.mark.parametrize("shape,groups", [((2, 8, 4, 4), 4), ((3, 6, 2, 6), 3), ((1, 16, 8, 8), 8)])
+@pytest.mark.parametrize("shape,groups", [((2, 8, 4, 4), 4), ((3, 6, 2, 6), 3), ((1, 16, 8, 8), 8), ((2, 6, 2, 2), 2)])
 def test_floor_kernels_compute_their_formulas(wg, dtype, shape, groups):  # noqa: F811
     """floor_fwd: (x - mean) / sqrt(var + 1e-5) per group; floor_bwd: 0.5 dy + mean(dy x) x + mean(dy)
-    (NumPy in float64 from the same stored values; 9 groups and more than one workgroup of 8)."""
+    (NumPy in float64 from the same stored values; 9 groups and more than one workgroup of 8; 16-bit
+    groups of a multiple of 8 elements in 16-byte loads, of 12 elements in 8-byte ones)."""
     from numr_web.bench import floor
 
     np_dtype = BFLOAT16 if dtype == "bfloat16" else np.dtype(dtype)

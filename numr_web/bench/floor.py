@@ -10,7 +10,8 @@ nothing else (no shifted or blocked sums, no redo, no weights, no statistics
 stored).  ``floor_fwd`` sums x and x*x, then writes x * a + b; ``floor_bwd``
 sums dy and dy*x, then writes dy * a + x * b + c.  Each has the storage
 conversions of the dtype (float16 and bfloat16 unpacked and packed as the op
-does).  Their throughput over the copy's says how near to a copy any kernel of
+does, 8 elements per 16-byte load where a group holds a multiple of 8, as the
+split plan loads them).  Their throughput over the copy's says how near to a copy any kernel of
 that shape gets on the adapter; the op's over theirs, how much the op's
 numerics and launches cost on top.  They compute no GroupNorm: nothing reads
 their output.
@@ -57,22 +58,26 @@ def timed_callables(x, dy, groups) -> dict:
     """``{name: callable}`` for ``NAMES`` on the WebGPU arrays x and dy (NCHW, one dtype, H*W a
     multiple of 4, groups within lavapipe's loop limit); each call returns its output array."""
     from numr_web.backends.webgpu import array_kernels
+    from numr_web.backends.webgpu.group_norm_launch import X8_KEYS
 
     ngroups, m = _check(x, dy, groups)
     ctx = x.ctx
     out = array_kernels.empty_like(x)
     key = ctx.dtype_key(x.dtype.name)
+    u8 = key in X8_KEYS and m % 8 == 0  # 16-bit: 8 elements (16 bytes) per load, as the split plan
+    key = X8_KEYS[key] if u8 else key
     dtypes = {"X": key, "DY": key, "OUT": key}
-    params = struct.pack("<2If4x", ngroups, m // 4, 1.0 / m)
+    params = struct.pack("<2If4x", ngroups, m // (8 if u8 else 4), 1.0 / m)
     workgroups = -(-ngroups // FLOOR_WG)
 
     def call(entry, arrays):
         binds = [(a.buffer, 0, min(a.buffer.size, ctx.max_binding)) for a in arrays]
 
         def run():
-            ctx.launch("floor.wgsl", entry, dtypes, {"WG": FLOOR_WG}, binds, workgroups, params)
+            ctx.launch("floor.wgsl", entry, dtypes, {"WG": FLOOR_WG, "U8": u8}, binds, workgroups, params)
             return out
 
+        run.arrays = arrays  # held by the call: a freed array's buffer goes back to the pool for reuse
         return run
 
     # the forward binds x as DY too (it reads only X)
