@@ -30,13 +30,14 @@ class Spy:
     """Counts the kernels ``ctx.launch`` runs."""
 
     def __init__(self, ctx):
-        self.ctx, self.inner, self.kernels, self.dtypes = ctx, ctx.launch, [], []
+        self.ctx, self.inner, self.kernels, self.dtypes, self.consts = ctx, ctx.launch, [], [], []
 
     def __enter__(self):
-        def launch(kernel, entry, dtypes, *args, **kw):
+        def launch(kernel, entry, dtypes, constants, *args, **kw):
             self.kernels.append((kernel, entry))
             self.dtypes.append(dtypes)  # storage keys per role
-            return self.inner(kernel, entry, dtypes, *args, **kw)
+            self.consts.append(constants)
+            return self.inner(kernel, entry, dtypes, constants, *args, **kw)
 
         self.ctx.launch = launch
         return self
@@ -238,7 +239,9 @@ def test_auto_planner(monkeypatch, shape, cpu, split):
         ((2, 1280, 16, 16), 32, True, 4, True),  # groups of 10240
         ((2, 640, 32, 32), 32, True, 4, True),  # 20480
         ((2, 320, 64, 64), 32, True, 4, False),  # 40960: fused (lavapipe's cache)
-        ((16, 1280, 8, 8), 32, True, 2, False),  # 16-bit storage: the split plan's 8-element loads
+        ((16, 1280, 8, 8), 32, True, 2, True),  # 16-bit storage: 8-element loads in the thread plan too
+        ((2, 320, 64, 64), 32, True, 2, True),  # 40960 16-bit elements: as many bytes as 20480 float32
+        ((16, 1280, 2, 2), 32, True, 2, False),  # 16-bit rows of HW % 8 != 0: 4-element loads, split's rules
         ((16, 1280, 8, 8), 32, False, 4, False),  # GPUs: one invocation per group leaves them idle
         ((16, 1280, 3, 3), 32, True, 4, False),  # rows of HW % 4 != 0
     ],

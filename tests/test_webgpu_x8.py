@@ -1,6 +1,6 @@
 """16-bit storage read and written 8 elements (16 bytes) at a time (dtype_*_x8.wgsl), as the split
-kernels do: conversions exact against NumPy, the same bits as the 4-element helpers, and the
-split plans picking them (and leaving them where a step would straddle a chunk)."""
+and thread kernels do: conversions exact against NumPy, the same bits as the 4-element helpers, and
+the plans picking them (and leaving them where a step would straddle a chunk)."""
 
 from __future__ import annotations
 
@@ -147,6 +147,15 @@ def test_x8_loads_are_exact(probe, rng, entry, dtype, key):
     assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
 
 
+def _inputs(rng, shape, dtype, offset=0.0):
+    """x (offset + 3 randn where offset is given), dy in ``dtype``; per-channel float32 w and b."""
+    x = (offset + (3 if offset else 1) * rng.standard_normal(shape)).astype(dtype)
+    dy = rng.standard_normal(shape).astype(dtype)
+    w = rng.standard_normal(shape[1]).astype(np.float32)
+    b = rng.standard_normal(shape[1]).astype(np.float32)
+    return x, dy, w, b
+
+
 def _keys(spy):
     return {(k, d["X"]) for k, d in zip(spy.kernels, spy.dtypes) if k[0].startswith("group_norm_split")}
 
@@ -159,10 +168,7 @@ def test_split_plans_use_the_x8_helpers(wg, rng, monkeypatch, dtype, layout, sha
 
     monkeypatch.setattr(gl, "PLAN", "split")
     ctx = device.context()
-    x = rng.standard_normal(shape).astype(dtype)
-    dy = rng.standard_normal(shape).astype(dtype)
-    w = rng.standard_normal(shape[1]).astype(np.float32)
-    b = rng.standard_normal(shape[1]).astype(np.float32)
+    x, dy, w, b = _inputs(rng, shape, dtype)
     out = {}
     for x8 in (True, False):
         monkeypatch.setattr(gl, "USE_X8", x8)
@@ -185,6 +191,35 @@ def test_split_plans_use_the_x8_helpers(wg, rng, monkeypatch, dtype, layout, sha
     # and dbias agree to float32 rounding
     for i in (1, 2, 4, 5):
         assert rel_err(out[True][i], out[False][i].astype(np.float64)) < 5e-6, i
+
+
+@pytest.mark.parametrize("dtype", [np.float16, BFLOAT16])
+@pytest.mark.parametrize("act", [None, "silu"])
+def test_thread_plan_in_8_element_steps_gives_the_4_element_bits(wg, rng, monkeypatch, dtype, act):  # noqa: F811
+    # the thread plan's 16-bit steps of 8 add the two vec4s of a step in order, in blocks of as many
+    # elements: the same sums as 4-element steps, so the same bits out (and near the float64 oracle);
+    # offset data makes the SiLU backward restore the mean's low part too
+    from numr_web.backends.webgpu import device
+    from numr_web.backends.webgpu import group_norm_launch as gl
+
+    monkeypatch.setattr(gl, "PLAN", "thread")
+    shape = (3, 16, 8, 6)  # 9 groups over 2 workgroups of 8, 384 elements each
+    x, dy, w, b = _inputs(rng, shape, dtype, offset=40.0)
+    out = {}
+    for x8 in (True, False):
+        monkeypatch.setattr(gl, "USE_X8", x8)
+        with Spy(device.context()) as spy:
+            out[x8] = _calls(wg, x, dy, w, b, 4, act)
+        ran = {(k[0], d["X"], c["U8"]) for k, d, c in zip(spy.kernels, spy.dtypes, spy.consts) if "thread" in k[0]}
+        x8_key = "f16_packed_x8" if dtype == np.float16 else "bf16_x8"
+        assert {key for _, key, _ in ran} == ({x8_key} if x8 else {wg.from_numpy(x).ctx.dtype_key(x.dtype.name)})
+        assert len(ran) == 2 and all(u8 == x8 for *_, u8 in ran), ran
+    for a, b4 in zip(out[True], out[False]):
+        np.testing.assert_array_equal(np.asarray(a).view(np.uint8), np.asarray(b4).view(np.uint8))
+    y, _mean, _rstd, dx, _dw, _db = out[True]
+    ty, tg = (1.5e-3, 2e-3) if dtype == np.float16 else (1e-2, 1.5e-2)
+    assert rel_err(y, ref_forward(x, 4, w, b, 1e-5, act)[0]) < ty
+    assert rel_err(dx, ref_backward(dy, x, 4, w, b, 1e-5, act)[0]) < tg
 
 
 @pytest.mark.parametrize("dtype", [np.float16, BFLOAT16])

@@ -212,43 +212,49 @@ def plan_name() -> str:
 #: the "thread" plan (group_norm_thread*.wgsl): one invocation per (n, g), this many groups per
 #: workgroup (a SIMD batch of 8 lanes on lavapipe)
 THREAD_WG = 8
-#: auto on CPU adapters: the thread plan for NCHW float32 groups of at most THREAD_MAX_GROUP
-#: elements when a sample has at least THREAD_MIN_GROUPS of them (fewer leave SIMD lanes idle).
-#: The rule looks at G, not N * G, so that a sample's results do not depend on the batch it came
-#: in (the plans sum in different orders: the last bit may differ).  Side by side with the other
-#: plans (scripts/webgpu-plans on lavapipe, scripts/browser-bench --plans on SwiftShader;
-#: docs/webgpu.md): on SwiftShader the fastest forward on every bench shape (0.62 to 0.80 of a
-#: copy against fused 0.28 to 0.65); on lavapipe the fastest for many small groups (16x1280x8x8:
-#: 0.71 to 0.73 of the fused plan's time), within 7% of fused up to 20480 elements, and slower
-#: at 40960 (8 lanes' groups no longer in cache for the second sweep).  16-bit storage keeps the
-#: split plan's 8-element loads (faster on lavapipe).
+#: auto on CPU adapters: the thread plan for NCHW groups of at most THREAD_MAX_GROUP_BYTES (float32:
+#: 24576 elements; 16-bit storage: 49152, in 8-element steps, so only rows of HW % 8 == 0) when a
+#: sample has at least THREAD_MIN_GROUPS of them (fewer leave SIMD lanes idle).  The rule looks at
+#: G, not N * G, so that a sample's results do not depend on the batch it came in (the plans sum in
+#: different orders: the last bit may differ).  Side by side with the other plans
+#: (scripts/webgpu-plans on lavapipe, scripts/browser-bench --plans on SwiftShader; docs/webgpu.md):
+#: float32, on SwiftShader the fastest forward on every bench shape (0.62 to 0.80 of a copy against
+#: fused 0.28 to 0.65); on lavapipe the fastest for many small groups (16x1280x8x8: 0.71 to 0.73 of
+#: the fused plan's time), within 7% of fused up to 20480 elements, and slower at 40960 (8 lanes'
+#: groups no longer in cache for the second sweep: hence a limit in bytes).  16-bit, against the
+#: split plan's 8-element loads: on lavapipe 0.58 to 1.0 of its time, on SwiftShader ahead on most
+#: shapes forward and even backward.
 THREAD_MIN_GROUPS = 8
-THREAD_MAX_GROUP = 24576
+THREAD_MAX_GROUP_BYTES = 24576 * 4
 
 
 def use_thread(plan: GroupPlan, ctx) -> bool:
     """Whether this call runs the thread plan: NCHW rows of HW % 4 == 0 whose group one
     invocation can walk two or three times within lavapipe's loop watchdog (M / 4 <= STEP_CAP);
-    ``auto`` takes it on CPU adapters for float32 with enough groups per sample, never on GPUs
-    (one invocation per group leaves a GPU idle)."""
+    ``auto`` takes it on CPU adapters for groups of at most THREAD_MAX_GROUP_BYTES with enough
+    groups per sample (16-bit storage: rows of HW % 8 == 0, loaded 8 elements at a time), never on
+    GPUs (one invocation per group leaves a GPU idle)."""
     if plan.nhwc or plan.vec != 4 or plan.N * plan.G == 0 or plan.M == 0 or plan.M // 4 > STEP_CAP:
         return False
     name = plan_name()
     if name != "auto":
         return name == "thread"
-    return ctx.cpu_adapter and plan.isz == 4 and plan.M <= THREAD_MAX_GROUP and plan.G >= THREAD_MIN_GROUPS
+    wide = plan.isz == 4 or (plan.HW % 8 == 0 and USE_X8)
+    return ctx.cpu_adapter and wide and plan.M * plan.isz <= THREAD_MAX_GROUP_BYTES and plan.G >= THREAD_MIN_GROUPS
 
 
-def _whole_group_kernel(plan: GroupPlan, thread: bool, backward: bool, silu, affine):
-    """(kernel, constants, groups per workgroup) of the kernels that take whole (n, g) groups and
-    share one binding list: the thread plan's (THREAD_WG groups per workgroup, one per invocation)
-    or the fused plan's (a workgroup per group)."""
+def _whole_group_kernel(plan: GroupPlan, thread: bool, backward: bool, silu, affine, key):
+    """(kernel, constants, groups per workgroup, storage key) of the kernels that take whole (n, g)
+    groups and share one binding list: the thread plan's (THREAD_WG groups per workgroup, one per
+    invocation; 16-bit storage with HW % 8 == 0 in 16-byte units, 8 elements a step: the same sums
+    in the same order as 4-element steps) or the fused plan's (a workgroup per group)."""
     if thread:
         kernel = "group_norm_thread_backward.wgsl" if backward else "group_norm_thread.wgsl"
+        x8 = _x8_key(key, plan.HW % 8 == 0)
         consts = {"NHWC": False, "VEC": 4, "APPLY": True, "SILU": silu, "AFFINE": affine, "WG": THREAD_WG}
-        return kernel, consts, THREAD_WG
+        return kernel, {**consts, "U8": x8 != key}, THREAD_WG, x8
     kernel = "group_norm_backward.wgsl" if backward else "group_norm_forward.wgsl"
-    return kernel, plan.constants(plan.fused, silu, affine), 1
+    return kernel, plan.constants(plan.fused, silu, affine), 1, key
 
 
 def _use_split_nhwc(plan: GroupPlan, ctx) -> bool:
@@ -671,7 +677,6 @@ def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation, layout):
     silu = activation == "silu"
     aux = Scratch(ctx, plan.N * plan.G * 16)
     key = ctx.dtype_key(x.dtype.name)
-    dt = {"X": key, "Y": key}
     affine_binds = [_whole(ctx, w if affine else ctx.dummy), _whole(ctx, b if affine else ctx.dummy)]
     thread = use_thread(plan, ctx)
     if not thread and use_split(plan, ctx):
@@ -702,14 +707,14 @@ def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation, layout):
                 blocks.params(x_base, g_first, ngroups, eps),
             )
         return y, mean, rstd
-    kernel, consts, per_wg = _whole_group_kernel(plan, thread, False, silu, affine)
+    kernel, consts, per_wg, whole_key = _whole_group_kernel(plan, thread, False, silu, affine, key)
     for g_first, ngroups, off, size, x_base, count in plan.chunks(ctx.max_binding):
         xb = (x.buffer, off, size)
         yb = (y.buffer, off, size)
         ctx.launch(
             kernel,
             "main",
-            dt,
+            {"X": whole_key, "Y": whole_key},
             consts,
             [xb, yb, *affine_binds, _whole(ctx, mean), _whole(ctx, rstd), _whole(ctx, aux)],
             -(-ngroups // per_wg),
@@ -758,7 +763,6 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
     ws = None
     if plan.N * plan.G > 0 and plan.M > 0:
         key = ctx.dtype_key(x.dtype.name)
-        dt = {"X": key, "DY": key, "DX": key}
         affine_binds = [
             _whole(ctx, w_eff) if use_w else _whole(ctx, ctx.dummy),
             _whole(ctx, b) if use_w else _whole(ctx, ctx.dummy),
@@ -792,13 +796,13 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
                 )
         else:  # the thread plan leaves PART empty: a group's sums stay in its invocation
             ws = Workspace(ctx, plan, 0 if thread else plan.items * 32)
-        kernel, consts, per_wg = _whole_group_kernel(plan, thread, True, silu, use_w)
+        kernel, consts, per_wg, whole_key = _whole_group_kernel(plan, thread, True, silu, use_w, key)
         for g_first, ngroups, off, size, x_base, count in [] if (split or _block_path(plan)) else ws.chunks:
             xb, dyb, dxb = (x.buffer, off, size), (dy.buffer, off, size), (dx.buffer, off, size)
             ctx.launch(
                 kernel,
                 "main",
-                dt,
+                {"X": whole_key, "DY": whole_key, "DX": whole_key},
                 consts,
                 [
                     xb,

@@ -72,6 +72,14 @@ fn lane_b(c: u32) -> vec4<f32> {
 
 fn silu(z: vec4<f32>) -> vec4<f32> { return z / (1.0 + exp(-z)); }
 
+// y from x with a group's statistics in scaled units (hs = mean_hi * s) and a lane's scale and shift
+// (the split and thread kernels' output)
+fn y_scaled(x: vec4<f32>, sc: f32, hs: f32, scale: vec4<f32>, shift: vec4<f32>) -> vec4<f32> {
+  let y = (x * sc - hs) * scale + shift;
+  if (SILU) { return silu(y); }
+  return y;
+}
+
 // A quiet NaN, from values of which one is NaN or infinite (a runtime value: a NaN constant
 // expression is a shader-creation error in WGSL).
 fn nan_of(a: f32, b: f32) -> f32 {

@@ -103,7 +103,7 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
 // A group's second sum (finish_group), by its combine thread: (S1, S2) of x sc - k, vec4 steps.
 fn redo_sums(gl: u32, k: f32, sc: f32) -> vec2<f32> {
   let u0 = (p.x_base >> 2u) + gl * (p.M >> 2u);
-  let t = run_sums(u0, u0 + (p.M >> 2u), k, sc);
+  let t = run_sums(u0, u0 + (p.M >> 2u), k, sc, false);
   return vec2<f32>(dot(t[0], vec4<f32>(1.0)), dot(t[1], vec4<f32>(1.0)));
 }
 
@@ -111,12 +111,6 @@ fn redo_sums(gl: u32, k: f32, sc: f32) -> vec2<f32> {
 fn apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
          @builtin(local_invocation_index) lid: u32) {
   elementwise_pass(wid, nwg, lid);
-}
-
-fn y_of(x: vec4<f32>, sc: f32, hs: f32, scale: vec4<f32>, shift: vec4<f32>) -> vec4<f32> {
-  let y = (x * sc - hs) * scale + shift;
-  if (SILU) { return silu(y); }
-  return y;
 }
 
 // y over steps [first, last) of the chunk, row by row.
@@ -137,9 +131,9 @@ fn write_steps(first: u32, last: u32, xb: u32) {
     for (; t < rend; t++) {
       if (U8) {
         let m = ld8_X(xb + t);
-        st8_Y(xb + t, mat2x4<f32>(y_of(m[0], sc, hs, scale, shift), y_of(m[1], sc, hs, scale, shift)));
+        st8_Y(xb + t, mat2x4<f32>(y_scaled(m[0], sc, hs, scale, shift), y_scaled(m[1], sc, hs, scale, shift)));
       } else {
-        st_Y(xb + t, y_of(ld_X(xb + t), sc, hs, scale, shift));
+        st_Y(xb + t, y_scaled(ld_X(xb + t), sc, hs, scale, shift));
       }
     }
   }

@@ -52,22 +52,33 @@ fn group_aux(st: vec4<f32>, sc: f32) -> vec4<f32> {
   return vec4<f32>(mean_hi, mean_lo, rstd_s, sc);
 }
 
-// (sum (x s - ks), sum (x s - ks)^2) per lane over X's vec4s u0 <= u < u1, one thread walking
-// the run in blocks of 32 steps (each block summed apart, then added in order: low rounding on long
-// runs).  Needs the kernel's ld_X.
-fn run_sums(u0: u32, u1: u32, ks: f32, sc: f32) -> mat2x4<f32> {
+// (sum (x s - ks), sum (x s - ks)^2) per lane over X's steps u0 <= u < u1, one thread walking
+// the run in blocks of 128 elements per lane (each block summed apart, then added in order: low
+// rounding on long runs).  A step is a vec4, or with ``eight`` 8 elements (ld8_X: 16-bit storage in
+// 16-byte units).  Needs the kernel's ld_X and ld8_X.
+fn run_sums(u0: u32, u1: u32, ks: f32, sc: f32, eight: bool) -> mat2x4<f32> {
   var t1 = vec4<f32>(0.0);
   var t2 = vec4<f32>(0.0);
   var u = u0;
   loop {
     if (u >= u1) { break; }
-    let uend = min(u + 32u, u1);
+    let uend = min(u + select(32u, 16u, eight), u1);
     var b1 = vec4<f32>(0.0);
     var b2 = vec4<f32>(0.0);
     for (; u < uend; u++) {
-      let d = ld_X(u) * sc - ks;
-      b1 += d;
-      b2 += d * d;
+      if (eight) {  // the two vec4s in order: the sums of the same elements in 4-element steps
+        let m = ld8_X(u);
+        let d = m[0] * sc - ks;
+        b1 += d;
+        b2 += d * d;
+        let e = m[1] * sc - ks;
+        b1 += e;
+        b2 += e * e;
+      } else {
+        let d = ld_X(u) * sc - ks;
+        b1 += d;
+        b2 += d * d;
+      }
     }
     t1 += b1;
     t2 += b2;

@@ -1,5 +1,6 @@
 // GroupNorm forward, the "thread" plan: one invocation per (n, g) group, WG groups per
-// workgroup, NCHW rows of HW % 4 == 0 (a group is M / 4 contiguous vec4s).
+// workgroup, NCHW rows of HW % 4 == 0 (a group is M / 4 contiguous vec4s), or with U8 (16-bit
+// storage in 16-byte units, HW % 8 == 0) M / 8 steps of 8 elements.
 //
 // No barriers and no workgroup memory: each invocation sums its whole group, finishes the
 // statistics with the fused kernel's numerics (group_norm_stats.wgsl: shifted sums, the same
@@ -13,14 +14,15 @@
 //!include group_norm_stats.wgsl
 //!include group_norm_forward_io.wgsl
 
-// (sum (x s - k s), sum (x s - k s)^2) over the nv vec4s from b4: run_sums (group_norm_stats.wgsl)
-// over runs of 1024 steps, added in order (the third level).
+// (sum (x s - k s), sum (x s - k s)^2) over the nv steps from b4: run_sums (group_norm_stats.wgsl)
+// over runs of 4096 elements, added in order (the third level).
 fn group_sums(b4: u32, nv: u32, k: f32, sc: f32) -> vec2<f32> {
   let ks = k * sc;
+  let run = select(1024u, 512u, U8);
   var s1 = vec4<f32>(0.0);
   var s2 = vec4<f32>(0.0);
-  for (var u = 0u; u < nv; u += 1024u) {
-    let m = run_sums(b4 + u, b4 + min(u + 1024u, nv), ks, sc);
+  for (var u = 0u; u < nv; u += run) {
+    let m = run_sums(b4 + u, b4 + min(u + run, nv), ks, sc, U8);
     s1 += m[0];
     s2 += m[1];
   }
@@ -34,10 +36,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   if (gl >= p.ngroups) { return; }
   let gg = p.g_first + gl;
   let g = gg % p.G;
-  let nv = p.M >> 2u;
-  let b4 = (p.x_base + gl * p.M) >> 2u;
+  let nv = steps(p.M);
+  let b4 = steps(p.x_base + gl * p.M);
 
-  let k0 = ld_X(b4).x;
+  let k0 = ld_X(select(b4, 2u * b4, U8)).x;  // ld_X counts vec4s
   let t = group_sums(b4, nv, k0, 1.0);
   var st = group_stat(k0, t.x, t.y, true);
   var sc = 1.0;
@@ -56,17 +58,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   AUX[gg] = vec4<f32>(mean_hi, mean_lo, rstd_s, sc);
 
   let hs = mean_hi * sc;
-  let hw4 = p.HW >> 2u;
+  let hw = steps(p.HW);
   var u = b4;
   for (var c = 0u; c < p.Cg; c++) {
     let ch = g * p.Cg + c;
     let scale = lane_w(ch) * rstd_s;
     let shift = lane_b(ch) - mean_lo * scale;
-    let uend = u + hw4;
+    let uend = u + hw;
     for (; u < uend; u++) {
-      var y = (ld_X(u) * sc - hs) * scale + shift;
-      if (SILU) { y = silu(y); }
-      st_Y(u, y);
+      if (U8) {
+        let m = ld8_X(u);
+        st8_Y(u, mat2x4<f32>(y_scaled(m[0], sc, hs, scale, shift), y_scaled(m[1], sc, hs, scale, shift)));
+      } else {
+        st_Y(u, y_scaled(ld_X(u), sc, hs, scale, shift));
+      }
     }
   }
 }
+
+// steps of n elements: vec4s, or with U8 units of 8
+fn steps(n: u32) -> u32 { return select(n >> 2u, n >> 3u, U8); }

@@ -1,5 +1,6 @@
 // GroupNorm backward, the "thread" plan: one invocation per (n, g) group, WG groups per
-// workgroup, NCHW rows of HW % 4 == 0.  Same formulas and scaled units as
+// workgroup, NCHW rows of HW % 4 == 0 (with U8, 16-bit storage in 16-byte units and HW % 8 == 0:
+// steps of 8 elements).  Same formulas and scaled units as
 // group_norm_backward.wgsl (group_norm_coef.wgsl): a first sweep takes the per-channel sums
 // ds = sum dz*xc and db = sum dz (to DSDB, for dweight and dbias) and sum xc (the saved mean's
 // lost low part), channel by channel; COEF gets (c0, c1, mean_lo, zlo); a second sweep writes
@@ -10,18 +11,46 @@
 //!include group_norm_grad.wgsl
 //!include group_norm_backward_io.wgsl
 
-// sum (x s - ms) over the nv vec4s from b4, in blocks of 32 steps.
+// steps of n elements: vec4s, or with U8 units of 8
+fn steps(n: u32) -> u32 { return select(n >> 2u, n >> 3u, U8); }
+
+// sum (x s - ms) over the nv steps from b4, in blocks of 128 elements per lane.
 fn resid_sum(b4: u32, nv: u32, ms: f32, sc: f32) -> f32 {
   var r = vec4<f32>(0.0);
   var u = 0u;
   loop {
     if (u >= nv) { break; }
-    let bend = min(u + 32u, nv);
+    let bend = min(u + select(32u, 16u, U8), nv);
     var b = vec4<f32>(0.0);
-    for (; u < bend; u++) { b += ld_X(b4 + u) * sc - ms; }
+    for (; u < bend; u++) {
+      if (U8) {
+        let m = ld8_X(b4 + u);
+        b += m[0] * sc - ms;
+        b += m[1] * sc - ms;
+      } else {
+        b += ld_X(b4 + u) * sc - ms;
+      }
+    }
     r += b;
   }
   return dot(r, vec4<f32>(1.0));
+}
+
+// The first sweep's sums of one vec4: (sum dz * xc, sum dz, sum xc) in ``acc``'s columns.
+fn sweep_sums(acc: ptr<function, mat3x4<f32>>, x: vec4<f32>, dy: vec4<f32>, gr: GradGroup, scale: vec4<f32>,
+              shift: vec4<f32>) {
+  let xc = x * gr.sc - gr.ms;
+  let dz = dz_of(dy, xc, scale, shift);
+  (*acc)[0] += dz * xc;
+  (*acc)[1] += dz;
+  (*acc)[2] += xc;
+}
+
+// dx of one vec4 from the group's coefficients cf (c0, c1) and a lane's alpha = w * rstd.
+fn dx_of(x: vec4<f32>, dy: vec4<f32>, gr: GradGroup, scale: vec4<f32>, shift: vec4<f32>, alpha: vec4<f32>,
+         cf: vec3<f32>) -> vec4<f32> {
+  let xc = x * gr.sc - gr.ms;
+  return alpha * dz_of(dy, xc, scale, shift) + cf.y * xc + cf.x;
 }
 
 @compute @workgroup_size(WG)
@@ -31,9 +60,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   if (gl >= p.ngroups) { return; }
   let gg = p.g_first + gl;
   let gr = grad_group(gg);
-  let nv = p.M >> 2u;
-  let hw4 = p.HW >> 2u;
-  let b4 = (p.x_base + gl * p.M) >> 2u;
+  let nv = steps(p.M);
+  let hw = steps(p.HW);
+  let b4 = steps(p.x_base + gl * p.M);
 
   var zlo = 0.0;  // scaled units
   if (refine(gr.mean, gr.rstd)) {
@@ -50,23 +79,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let shift = lane_b(ch) - zlo * scale;
     var ds = vec4<f32>(0.0);
     var db = vec4<f32>(0.0);
-    let uend = u + hw4;
+    let uend = u + hw;
     loop {
       if (u >= uend) { break; }
-      let bend = min(u + 32u, uend);
-      var bs = vec4<f32>(0.0);
-      var bb = vec4<f32>(0.0);
-      var br = vec4<f32>(0.0);
+      let bend = min(u + select(32u, 16u, U8), uend);
+      var blk = mat3x4<f32>(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));  // block sums, as acc above
       for (; u < bend; u++) {
-        let xc = ld_X(u) * gr.sc - gr.ms;
-        let dz = dz_of(ld_DY(u), xc, scale, shift);
-        bs += dz * xc;
-        bb += dz;
-        br += xc;
+        if (U8) {
+          let xm = ld8_X(u);
+          let dm = ld8_DY(u);
+          sweep_sums(&blk, xm[0], dm[0], gr, scale, shift);
+          sweep_sums(&blk, xm[1], dm[1], gr, scale, shift);
+        } else {
+          sweep_sums(&blk, ld_X(u), ld_DY(u), gr, scale, shift);
+        }
       }
-      ds += bs;
-      db += bb;
-      res += br;
+      ds += blk[0];
+      db += blk[1];
+      res += blk[2];
     }
     let dsv = dot(ds, vec4<f32>(1.0));
     let dbv = dot(db, vec4<f32>(1.0));
@@ -84,11 +114,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let scale = lane_w(ch) * gr.rstd_s;
     let shift = lane_b(ch) - zlo * scale;
     let alpha = lane_w(ch) * gr.rstd;
-    let uend = u + hw4;
+    let uend = u + hw;
     for (; u < uend; u++) {
-      let xc = ld_X(u) * gr.sc - gr.ms;
-      let dz = dz_of(ld_DY(u), xc, scale, shift);
-      st_DX(u, alpha * dz + cf.y * xc + cf.x);
+      if (U8) {
+        let xm = ld8_X(u);
+        let dm = ld8_DY(u);
+        st8_DX(u, mat2x4<f32>(dx_of(xm[0], dm[0], gr, scale, shift, alpha, cf),
+                              dx_of(xm[1], dm[1], gr, scale, shift, alpha, cf)));
+      } else {
+        st_DX(u, dx_of(ld_X(u), ld_DY(u), gr, scale, shift, alpha, cf));
+      }
     }
   }
 }
