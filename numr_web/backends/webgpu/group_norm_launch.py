@@ -222,8 +222,8 @@ THREAD_WG = 8
 #: fused 0.28 to 0.65); on lavapipe the fastest for many small groups (16x1280x8x8: 0.71 to 0.73 of
 #: the fused plan's time), within 7% of fused up to 20480 elements, and slower at 40960 (8 lanes'
 #: groups no longer in cache for the second sweep: hence a limit in bytes).  16-bit, against the
-#: split plan's 8-element loads: on lavapipe 0.58 to 1.0 of its time, on SwiftShader ahead on most
-#: shapes forward and even backward.
+#: split plan's 8-element loads: on lavapipe 0.74 to 1.01 of its time (even at 2x320x64x64, faster
+#: on the other bench shapes), on SwiftShader ahead for many small groups and even elsewhere.
 THREAD_MIN_GROUPS = 8
 THREAD_MAX_GROUP_BYTES = 24576 * 4
 
