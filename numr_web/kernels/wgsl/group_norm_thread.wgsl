@@ -13,6 +13,7 @@
 //!include group_norm_common.wgsl
 //!include group_norm_stats.wgsl
 //!include group_norm_forward_io.wgsl
+//!include group_norm_thread_group.wgsl
 
 // (sum (x s - k s), sum (x s - k s)^2) over the nv steps from b4: run_sums (group_norm_stats.wgsl)
 // over runs of 4096 elements, added in order (the third level).
@@ -32,12 +33,12 @@ fn group_sums(b4: u32, nv: u32, k: f32, sc: f32) -> vec2<f32> {
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-  let gl = (wid.y * nwg.x + wid.x) * WG + lid;
-  if (gl >= p.ngroups) { return; }
-  let gg = p.g_first + gl;
+  let tg = thread_group(wid, nwg, lid);
+  if (tg.gl >= p.ngroups) { return; }
+  let gg = tg.gg;
   let g = gg % p.G;
-  let nv = steps(p.M);
-  let b4 = steps(p.x_base + gl * p.M);
+  let nv = tg.nv;
+  let b4 = tg.first;
 
   let k0 = ld_X(select(b4, 2u * b4, U8)).x;  // ld_X counts vec4s
   let t = group_sums(b4, nv, k0, 1.0);
@@ -58,13 +59,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   AUX[gg] = vec4<f32>(mean_hi, mean_lo, rstd_s, sc);
 
   let hs = mean_hi * sc;
-  let hw = steps(p.HW);
   var u = b4;
   for (var c = 0u; c < p.Cg; c++) {
     let ch = g * p.Cg + c;
     let scale = lane_w(ch) * rstd_s;
     let shift = lane_b(ch) - mean_lo * scale;
-    let uend = u + hw;
+    let uend = u + tg.hw;
     for (; u < uend; u++) {
       if (U8) {
         let m = ld8_X(u);
@@ -75,6 +75,3 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
   }
 }
-
-// steps of n elements: vec4s, or with U8 units of 8
-fn steps(n: u32) -> u32 { return select(n >> 2u, n >> 3u, U8); }

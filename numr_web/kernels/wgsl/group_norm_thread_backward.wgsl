@@ -10,9 +10,7 @@
 //!include group_norm_coef.wgsl
 //!include group_norm_grad.wgsl
 //!include group_norm_backward_io.wgsl
-
-// steps of n elements: vec4s, or with U8 units of 8
-fn steps(n: u32) -> u32 { return select(n >> 2u, n >> 3u, U8); }
+//!include group_norm_thread_group.wgsl
 
 // sum (x s - ms) over the nv steps from b4, in blocks of 128 elements per lane.
 fn resid_sum(b4: u32, nv: u32, ms: f32, sc: f32) -> f32 {
@@ -56,13 +54,13 @@ fn dx_of(x: vec4<f32>, dy: vec4<f32>, gr: GradGroup, scale: vec4<f32>, shift: ve
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-  let gl = (wid.y * nwg.x + wid.x) * WG + lid;
-  if (gl >= p.ngroups) { return; }
-  let gg = p.g_first + gl;
+  let tg = thread_group(wid, nwg, lid);
+  if (tg.gl >= p.ngroups) { return; }
+  let gg = tg.gg;
   let gr = grad_group(gg);
-  let nv = steps(p.M);
-  let hw = steps(p.HW);
-  let b4 = steps(p.x_base + gl * p.M);
+  let nv = tg.nv;
+  let hw = tg.hw;
+  let b4 = tg.first;
 
   var zlo = 0.0;  // scaled units
   if (refine(gr.mean, gr.rstd)) {
