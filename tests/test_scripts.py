@@ -308,6 +308,19 @@ def test_bench_table_puts_floor_rows_under_their_layout_and_dtype(tmp_path):
         "| NCHW, float32 | 0.60 / 0.50 | - | - | - | - |",
         "| NCHW, float32: floor kernels | 0.70 / 0.66 | - | - | - | - |",
     ], tables[1]
+    # --of-floor: per run op/copy over floor/copy, the median over the runs; rows without the floor left out
+    of = _run("bench-table", "--dir", str(tmp_path), "--of-floor")
+    assert of.returncode == 0, of.stderr
+    assert "**CPU**" not in of.stdout
+    tables = [b.splitlines() for b in of.stdout.split("\n\n") if b.startswith("| ")]
+    head = "| fwd / bwd of the floor kernels | 2x320x64x64 | 2x640x32x32 | 2x1280x16x16 | 8x64x56x56 | 16x1280x8x8 |"
+    assert [t[0] for t in tables] == [head, head], tables
+    # lavapipe runs: 0.5/0.81, 0.6/0.9, 0.7/0.85 forward; 0.4/0.7, 0.5/0.72, 0.3/0.74 backward
+    fwd = sorted(f / fl for f, fl in ((0.5, 0.81), (0.6, 0.9), (0.7, 0.85)))[1]
+    bwd = sorted(b / fl for b, fl in ((0.4, 0.7), (0.5, 0.72), (0.3, 0.74)))[1]
+    assert tables[0][2:] == [f"| NCHW, float32 | {fwd:.2f} / {bwd:.2f} | {fwd:.2f} / {bwd:.2f} | - | - | - |"], tables
+    fwd = sorted(0.6 / fl for fl in (0.7, 0.75, 0.65))[1]
+    assert tables[1][2:] == [f"| NCHW, float32 | {fwd:.2f} / {0.5 / 0.66:.2f} | - | - | - | - |"], tables
 
 
 def test_bench_table_refuses_a_folder_without_rows(tmp_path):
