@@ -37,7 +37,7 @@ import traitlets
 
 import numr_web
 from numr_web.autograd import Tensor
-from numr_web.backends import device_of, get_backend, is_array
+from numr_web.backends import device_of, fastest_device, get_backend, is_array
 from numr_web.errors import ShapeMismatch
 from numr_web.host import is_ndarray
 
@@ -138,16 +138,7 @@ def default_device() -> str:
         import importlib.util
 
         return "cpu" if "numpy" in sys.modules or importlib.util.find_spec("numpy") else "webgpu"
-    if get_backend("cuda", require=False).available()[0]:
-        return "cuda"
-    try:
-        import numr_web.webgpu as wg
-
-        if wg.available()[0] and str(wg.info().get("adapter type", "")).upper() != "CPU":
-            return "webgpu"
-    except Exception:  # no wgpu-py, no driver: the CPU it is
-        pass
-    return "cpu"
+    return fastest_device()
 
 
 def _device_label(device: str) -> str:

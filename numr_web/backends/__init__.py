@@ -28,26 +28,73 @@ def _load(device: str):
         try:
             module = importlib.import_module(BACKEND_MODULES[device])
         except ImportError as exc:  # the backend's own module is missing or broken
-            raise BackendUnavailable(f"the {device!r} backend could not be imported: {exc}") from exc
+            raise BackendUnavailable(_import_failure(device, exc)) from exc
         be = _loaded[device] = module.BACKEND
     return be
+
+
+class UnavailableBackend:
+    """Stands in for a backend whose module cannot be imported here (the CPU backend without NumPy, in a
+    browser that has not loaded it): ``available()`` and ``info()`` say why; anything else raises
+    ``BackendUnavailable`` with that reason.  Never cached, so the backend loads once its module can."""
+
+    def __init__(self, device: str, why: str):
+        self.device, self.name, self.why = device, device, why
+
+    def available(self) -> tuple[bool, str]:
+        return False, self.why
+
+    def info(self) -> dict:
+        return {"available": False, "detail": self.why}
+
+    def __getattr__(self, name):
+        raise BackendUnavailable(self.why)
+
+
+def _import_failure(device: str, exc: ImportError) -> str:
+    if exc.name in ("numpy", "ml_dtypes"):
+        return (
+            f"the {device!r} backend needs {'NumPy' if exc.name == 'numpy' else exc.name}, which is not installed "
+            f"here (pip install {exc.name}; in the browser: await numr_web.notebook.setup('numpy'))"
+        )
+    return f"the {device!r} backend could not be imported: {exc}"
 
 
 def get_backend(device: str, *, require: bool = True):
     """The backend for ``device`` ("cpu", "cuda" or "webgpu").
 
-    With ``require`` (the default) an unusable backend raises
-    ``BackendUnavailable`` with its reason.
+    With ``require`` (the default) an unusable backend raises ``BackendUnavailable`` with its
+    reason; with ``require=False`` it never raises for a known device: a backend that cannot even be
+    imported comes back as an ``UnavailableBackend`` whose ``available()`` says why.
     """
     if not isinstance(device, str) or device.lower() not in BACKEND_MODULES:
         raise ValueError(f"device: expected one of {', '.join(map(repr, DEVICES))}, got {device!r}")
     device = device.lower()
-    be = _load(device)
+    try:
+        be = _load(device)
+    except BackendUnavailable as exc:
+        if require:
+            raise
+        return UnavailableBackend(device, str(exc))
     if require:
         ok, why = be.available()
         if not ok:
             raise BackendUnavailable(f"device {device!r} is not usable here: {why}")
     return be
+
+
+def fastest_device() -> str:
+    """The device a desktop user would pick: "cuda" where usable, then a WebGPU adapter that is not a
+    CPU (lavapipe and SwiftShader are CPUs, slower than the CPU backend), else "cpu"."""
+    if get_backend("cuda", require=False).available()[0]:
+        return "cuda"
+    webgpu = get_backend("webgpu", require=False)
+    try:
+        if webgpu.available()[0] and str(webgpu.info().get("adapter type", "")).upper() != "CPU":
+            return "webgpu"
+    except Exception:  # no wgpu-py, no driver: the CPU it is
+        pass
+    return "cpu"
 
 
 def device_of(array) -> str:
