@@ -1,17 +1,21 @@
 """The playground offline: its site on 127.0.0.1, Pyodide's CDN answered from a local folder, Chromium.
 
-Used by tests/test_site.py.
+Used by tests/test_site.py and scripts/playground-cold-start.
 
 * ``cdn_folder(dest, cache)`` makes the folder that stands in for
   ``https://cdn.jsdelivr.net/pyodide/v{PYODIDE_VERSION}/full/``: the npm ``pyodide`` core of
   tests/browser (the same version) plus the pure wheels the kernel loads from the CDN
   (``KERNEL_PACKAGES`` and what they depend on in Pyodide's lock), downloaded from PyPI into
-  ``cache`` with ``pip download``; the lock's ``file_name`` and ``sha256`` are rewritten for those
-  files.  NumPy (a WebAssembly wheel only Pyodide's CDN has) is not in it.
-* ``Playground(base, cdn)`` is Debian's Chromium (the Python ``playwright`` package, WebGPU on, every
-  host but 127.0.0.1 unresolvable) whose requests to the CDN are answered from that folder; it
-  records every failed request.  ``repl(cells)`` opens the site's REPL app with ``cells`` as its
-  ``code=`` parameters and waits for a sentinel output, timing the first output and the Explorer.
+  ``cache`` with ``pip download``.  NumPy (a WebAssembly wheel only Pyodide's CDN has) is not in it:
+  a request for it is answered 404 and recorded, so a test can see that the page asked for it.
+* The site's own lock (``pypi/pyodide-lock.json``: every package of Pyodide's whole lock, at its CDN
+  URL) is served as built, except that the entries of the wheels the stand-in holds get those
+  wheels' names and sha256 (PyPI's files are not byte for byte the CDN's).
+* ``Playground(base, cdn)`` is Debian's Chromium (the Python ``playwright`` package, WebGPU on unless
+  ``webgpu=False``, every host but 127.0.0.1 unresolvable) whose requests to the CDN are answered from
+  that folder; it records every failed request.  ``repl(cells)`` opens the site's REPL app with
+  ``cells`` as its ``code=`` parameters; ``lab_run_all(notebook)`` opens a notebook in the lab and
+  chooses Run All Cells, as a visitor does.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "browser"))
 import pyodide_browser as pb  # noqa: E402
 
-from numr_web.site import PYODIDE_VERSION  # noqa: E402
+from numr_web.site import PYODIDE_VERSION, SITE_LOCK  # noqa: E402
 
 CDN = f"https://cdn.jsdelivr.net/pyodide/v{PYODIDE_VERSION}/full/"
 #: what the kernel loads from Pyodide's distribution by name: micropip and IPython at start,
@@ -64,7 +68,8 @@ def kernel_wheels(lock: dict) -> dict:
 
 
 def cdn_folder(dest: pathlib.Path, cache: pathlib.Path) -> pathlib.Path:
-    """The stand-in for Pyodide's CDN in ``dest`` (wheels downloaded once into ``cache``)."""
+    """The stand-in for Pyodide's CDN in ``dest`` (wheels downloaded once into ``cache``); its
+    ``pyodide-lock.json`` is the whole of Pyodide's, with the entries of the wheels it holds rewritten."""
     core = pb.PYODIDE
     version = json.loads((core / "package.json").read_text())["version"]
     if version != PYODIDE_VERSION:
@@ -106,28 +111,43 @@ READ_OUTPUTS = """() => Array.from(document.querySelectorAll('.jp-OutputArea-out
 
 
 class Playground:
-    """Chromium on the served site, offline but for the CDN stand-in (a context manager)."""
+    """Chromium on the served site, offline but for the CDN stand-in (a context manager).
 
-    def __init__(self, base: str, cdn: pathlib.Path):
+    ``failed``: requests that failed or were answered 400 or more, but for the CDN's; ``cdn_missing``:
+    the CDN files the page asked for that the stand-in lacks (answered 404); ``console``: the pages'
+    console messages and errors."""
+
+    def __init__(self, base: str, cdn: pathlib.Path, *, webgpu: bool = True, playwright=None):
         self.base = base.rstrip("/")
+        self._own = playwright is None  # a second Playground in the same thread shares the first one's driver
+        self._pw = playwright
         self.cdn = pathlib.Path(cdn)
-        self.failed, self.cdn_hits, self.console = [], [], []
+        self.webgpu = webgpu
+        self.failed, self.cdn_hits, self.cdn_missing, self.console = [], [], [], []
+        stand_in = json.loads((self.cdn / "pyodide-lock.json").read_text())["packages"]
+        #: lock key -> (file name, sha256) of the wheels the stand-in holds
+        held = {k: e for k, e in stand_in.items() if (self.cdn / e["file_name"]).is_file()}
+        self._held = {k: (e["file_name"], e["sha256"]) for k, e in held.items()}
 
     def __enter__(self):
         from playwright.sync_api import sync_playwright
 
-        self._pw = sync_playwright().start()
+        args = pb.CHROMIUM_ARGS if self.webgpu else [a for a in pb.CHROMIUM_ARGS if a != "--enable-unsafe-webgpu"]
+        if self._own:
+            self._pw = sync_playwright().start()
         try:
-            self._browser = self._pw.chromium.launch(executable_path=pb.CHROMIUM, args=pb.CHROMIUM_ARGS)
+            self._browser = self._pw.chromium.launch(executable_path=pb.CHROMIUM, args=args)
         except BaseException:
-            self._pw.stop()
+            if self._own:
+                self._pw.stop()
             raise
         self.version = self._browser.version
         return self
 
     def __exit__(self, *exc):
         self._browser.close()
-        self._pw.stop()
+        if self._own:
+            self._pw.stop()
 
     def _answer(self, route):
         path = urllib.parse.urlparse(route.request.url).path
@@ -135,18 +155,34 @@ class Playground:
         local = self.cdn / name
         self.cdn_hits.append(name)
         if "/" in name or not local.is_file():
+            self.cdn_missing.append(name)
             route.fulfill(status=404, body=f"{name} is not in the offline stand-in for Pyodide's CDN")
             return
         kind = _TYPES.get(local.suffix, "application/octet-stream")
         headers = {"content-type": kind, "access-control-allow-origin": "*"}
         route.fulfill(status=200, body=local.read_bytes(), headers=headers)
 
+    def _site_lock(self, route):
+        """The site's lock as built, with the stand-in's own wheels (their names and hashes) for those it holds."""
+        response = route.fetch()
+        lock = response.json()
+        for key, (file_name, sha256) in self._held.items():
+            entry = lock["packages"].get(key)
+            if entry and entry["file_name"].startswith(CDN):
+                entry["file_name"], entry["sha256"] = CDN + file_name, sha256
+        route.fulfill(response=response, body=json.dumps(lock))
+
+    def _failure(self, url, why):
+        if not url.startswith(CDN):  # the CDN's 404s are in cdn_missing
+            self.failed.append(f"{url} ({why})")
+
     def open(self, path: str):
         """A fresh context (a cold cache) on ``path`` of the site; returns (page, t0 = monotonic time of goto)."""
         context = self._browser.new_context(viewport={"width": 1400, "height": 1000})
         context.route(CDN + "**", self._answer)
-        context.on("requestfailed", lambda r: self.failed.append(f"{r.url} ({r.failure})"))
-        context.on("response", lambda r: r.status >= 400 and self.failed.append(f"{r.url} (HTTP {r.status})"))
+        context.route(f"{self.base}/{SITE_LOCK}*", self._site_lock)
+        context.on("requestfailed", lambda r: self._failure(r.url, r.failure))
+        context.on("response", lambda r: r.status >= 400 and self._failure(r.url, f"HTTP {r.status}"))
         page = context.new_page()
         page.on("console", lambda m: self.console.append(f"[{m.type}] {m.text}"))
         page.on("pageerror", lambda e: self.console.append(f"[pageerror] {e}"))
@@ -183,12 +219,15 @@ class Playground:
             )
         return {"outputs": outputs, "first_output_s": first, "explorer_s": explorer, "done_s": done, "page": page}
 
-    def lab_run_all(self, notebook: str, done_text: str, timeout_s=300):
+    def lab_run_all(self, notebook: str, *, explorer: bool = False, timeout_s=300):
         """Open ``notebook`` in JupyterLab (the playground's lab app), choose Run > Run All Cells as soon
-        as it shows, and wait until an output holds ``done_text`` and the Explorer is drawn.
+        as it shows, as a visitor does, and wait until the run ends (every code cell ran, or one failed and
+        the rest were not run) and, with ``explorer``, the Explorer is drawn.
 
-        Returns ``outputs`` (textContent: JupyterLab renders cells outside the view lazily),
-        ``kernel`` (the kernel's name in the toolbar), ``first_output_s``, ``explorer_s``, ``done_s``, ``page``.
+        Returns ``outputs`` (textContent: JupyterLab renders cells outside the view lazily), ``prompts``
+        (each code cell's "[n]:" or "[ ]:"), ``kernel`` (the kernel's name in the toolbar),
+        ``first_output_s``, ``explorer_s``, ``done_s`` (seconds after page open), ``explorer_in_view``
+        (pixels of the Explorer inside the notebook's visible area once done, with ``explorer``) and ``page``.
         """
         page, t0 = self.open(f"lab/index.html?path={urllib.parse.quote(notebook)}")
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=timeout_s * 1000)
@@ -196,33 +235,58 @@ class Playground:
         page.click(".lm-Menu-item[data-command='runmenu:run-all']")
         read = READ_OUTPUTS.replace("e.innerText", "e.textContent")
         deadline = t0 + timeout_s
-        first = explorer = done = None
-        while time.monotonic() < deadline and (done is None or explorer is None):
+        first = drawn = done = None
+        prompts: list = []
+        while time.monotonic() < deadline and (done is None or (explorer and drawn is None)):
             outputs = page.evaluate(read)
+            prompts = page.evaluate(PROMPTS)
             now = time.monotonic() - t0
             if first is None and any(o["text"].strip() for o in outputs):
                 first = now
-            if explorer is None and page.query_selector(EXPLORER_DRAWN) is not None:
-                explorer = now
-            if done is None and any(done_text in o["text"] for o in outputs):
+            if explorer and drawn is None and page.query_selector(EXPLORER_DRAWN) is not None:
+                drawn = now
+            ran = prompts and re.search(r"\d", prompts[0]) and not any("*" in p for p in prompts)
+            if done is None and ran:
                 done = now
             page.wait_for_timeout(100)
         outputs = page.evaluate(read)
         kernel = page.evaluate("() => document.querySelector('.jp-KernelName')?.textContent || ''")
-        if done is None or explorer is None:
+        if done is None or (explorer and drawn is None):
             texts = "\n".join(o["text"][-600:] for o in outputs)
+            what = "the run did not end" if done is None else "the Explorer was not drawn"
             raise AssertionError(
-                f"{notebook} in lab: no {done_text!r} output or no Explorer within {timeout_s} s (kernel: "
-                f"{kernel})\n--- outputs:\n{texts}\n--- console:\n" + "\n".join(self.console[-25:])
+                f"{notebook} in lab: {what} within {timeout_s} s (kernel: {kernel}; prompts {prompts})\n"
+                f"--- outputs:\n{texts}\n--- console:\n" + "\n".join(self.console[-25:])
             )
+        in_view = None
+        if explorer:
+            page.wait_for_timeout(500)  # let the layout settle after the last output
+            in_view = page.evaluate(EXPLORER_IN_VIEW)
         return {
             "outputs": outputs,
+            "prompts": prompts,
             "kernel": kernel,
             "first_output_s": first,
-            "explorer_s": explorer,
+            "explorer_s": drawn,
             "done_s": done,
+            "explorer_in_view": in_view,
             "page": page,
         }
+
+
+#: each code cell's execution prompt ("[3]:", "[*]:" while queued or running, "[ ]:" when not run)
+PROMPTS = """() => Array.from(document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt'))
+    .map(e => e.textContent.trim())"""
+#: how many pixels of the Explorer's output lie inside the notebook's visible area
+EXPLORER_IN_VIEW = """() => {
+    const table = document.querySelector('[data-testid="group-stats"]');
+    const out = table && table.closest('.jp-OutputArea-output');
+    const view = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer')
+        || document.querySelector('.jp-NotebookPanel .jp-Notebook');
+    if (!out || !view) return 0;
+    const a = out.getBoundingClientRect(), b = view.getBoundingClientRect();
+    return Math.max(0, Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top));
+}"""
 
 
 def errors(outputs) -> list[str]:
