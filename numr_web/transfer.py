@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numbers
 
-from numr_web.autograd.tensor import Tensor
+from numr_web.autograd.tensor import Tensor, not_an_array, readable_array
 from numr_web.backends import backend_for, device_of, get_backend, is_array
 from numr_web.host import is_ndarray, is_numpy_scalar, require_numpy
 
@@ -29,7 +29,8 @@ def to_device(array, device: str):
         if isinstance(array, (list, tuple, numbers.Real)) or is_numpy_scalar(array):
             array = require_numpy("to_device of a list or a number").asarray(array)
         else:
-            raise TypeError(f"array: expected a NumPy, CuPy or WebGPU array or a Tensor, got {type(array).__name__}")
+            raise not_an_array("array", array)
+    readable_array(array, "array")
     if device_of(array) == target.device:
         return array
     return target.from_numpy(_host(array))
@@ -40,5 +41,5 @@ def to_numpy(array):
     if isinstance(array, Tensor):
         array = array.data
     if not is_array(array):
-        raise TypeError(f"array: expected an array or a Tensor, got {type(array).__name__}")
-    return _host(array)
+        raise not_an_array("array", array)
+    return _host(readable_array(array, "array"))

@@ -138,3 +138,57 @@ def test_mixed_devices_named(target):
     require_target(target)
     with pytest.raises(DeviceMismatch, match="x on 'cpu'"):
         numr_web.ops.group_norm_forward(X, Runner(target).put(W), None, 4, 1e-5)
+
+
+# -- arrays of other libraries: named by module and class, with a conversion (issue 26) -----------
+def _pretend(module, name, **attrs):
+    """An instance of a class named ``module.name``: what the error message must call it."""
+    return type(name, (), {"__module__": module, **attrs})()
+
+
+#: where an argument that is not an array numr_web takes gets its error
+FOREIGN_CALLS = {
+    "group_norm x": (lambda v: numr_web.group_norm(v, 4), "x: "),
+    "forward weight": (lambda v: fwd(weight=v), "weight: "),
+    "backward dy": (lambda v: bwd(dy=v), "dy: "),
+    "to_device": (lambda v: numr_web.to_device(v, "cpu"), "array: "),
+    "to_numpy": (lambda v: numr_web.to_numpy(v), "array: "),
+    "Tensor": (lambda v: numr_web.Tensor(v), "array: "),
+}
+
+
+@pytest.mark.parametrize("where", sorted(FOREIGN_CALLS))
+def test_a_torch_tensor_is_named_torch_tensor_with_a_conversion(where):
+    call, name = FOREIGN_CALLS[where]
+    with pytest.raises(TypeError) as info:
+        call(_pretend("torch", "Tensor"))
+    msg = str(info.value)
+    assert msg.startswith(name) and "got torch.Tensor (" in msg and ".numpy()" in msg, msg
+
+
+@pytest.mark.parametrize("where", sorted(FOREIGN_CALLS))
+def test_a_class_that_only_takes_cupys_module_name_is_a_type_error(where):
+    """``type(x).__module__ == "cupy"`` routes to the CUDA backend; without ``strides`` it is no
+    array numr_web can read, and says so instead of an AttributeError from deep inside."""
+    call, name = FOREIGN_CALLS[where]
+    fake = _pretend("cupy", "ndarray", shape=(2, 8, 3, 3), ndim=4, dtype=np.dtype(np.float32))
+    with pytest.raises(TypeError) as info:
+        call(fake)
+    msg = str(info.value)
+    assert msg.startswith(name) and "got cupy.ndarray" in msg and "'strides'" in msg, msg
+
+
+def test_a_real_torch_tensor_is_named(rng):
+    torch = pytest.importorskip("torch", reason="torch is not installed here (pip install torch)")
+    with pytest.raises(TypeError, match=r"x: expected .*, got torch\.Tensor \(pass its \.detach\(\)\.numpy\(\)"):
+        numr_web.group_norm(torch.tensor(X), 4)
+
+
+def test_type_label_names_foreign_types_by_module():
+    from numr_web.errors import type_label
+
+    assert type_label("abc") == "str"  # builtins stay short
+    assert type_label(_pretend("jaxlib.xla", "ArrayImpl", __array__=lambda self: None)) == (
+        "jaxlib.xla.ArrayImpl (convert it with numpy.asarray)"
+    )
+    assert type_label(_pretend("mylib", "Thing")) == "mylib.Thing"

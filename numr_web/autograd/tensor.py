@@ -9,8 +9,35 @@ import sys
 
 from numr_web.backends import backend_for, device_of, is_array
 from numr_web.dtypes import dtype_name, is_supported_dtype
-from numr_web.errors import DeviceMismatch
-from numr_web.host import is_numpy_scalar, loaded_numpy, require_numpy
+from numr_web.errors import DeviceMismatch, type_label
+from numr_web.host import is_ndarray, is_numpy_scalar, loaded_numpy, require_numpy
+
+#: what an argument may be, as the errors say it
+EXPECTED_ARRAY = "a NumPy, CuPy or WebGPU array or a numr_web.Tensor"
+
+#: what numr_web reads from an array of any backend (a NumPy array has them all)
+ARRAY_ATTRIBUTES = ("shape", "dtype", "ndim", "strides")
+
+
+def not_an_array(name, value, expected=EXPECTED_ARRAY) -> TypeError:
+    """The TypeError for a ``value`` of ``name`` that is no array numr_web takes (its type named
+    with its module, ``torch.Tensor``, and a conversion where one is known)."""
+    return TypeError(f"{name}: expected {expected}, got {type_label(value)}")
+
+
+def readable_array(value, name, expected=EXPECTED_ARRAY):
+    """``value``, an array ``is_array`` accepted, if it has what numr_web reads from one, else a
+    TypeError naming ``name`` and what is missing (a type that only takes CuPy's module name
+    is not a CuPy array)."""
+    if is_ndarray(value):
+        return value
+    missing = [a for a in ARRAY_ATTRIBUTES if not hasattr(value, a)]
+    if missing:
+        raise TypeError(
+            f"{name}: expected {expected}, got {type_label(value)}, which has no "
+            f"{' or '.join(map(repr, missing))}: not an array numr_web can read"
+        )
+    return value
 
 
 def plain_array(value, name):
@@ -47,10 +74,10 @@ def _as_array(value):
     if isinstance(value, Tensor):
         return value.data
     if is_array(value):
-        return plain_array(value, "array")
+        return readable_array(plain_array(value, "array"), "array")
     if isinstance(value, (numbers.Number, list, tuple)) or is_numpy_scalar(value):
         return require_numpy("a Tensor of a list or a number").asarray(value)
-    raise TypeError(f"Tensor: expected a NumPy, CuPy or WebGPU array (or a number or list), got {type(value).__name__}")
+    raise not_an_array("array", value, "a NumPy, CuPy or WebGPU array, a Tensor, a number or a list")
 
 
 class Tensor:

@@ -12,7 +12,7 @@ import math
 import numbers
 
 from numr_web.autograd.function import Function, is_grad_enabled
-from numr_web.autograd.tensor import Tensor, plain_array
+from numr_web.autograd.tensor import Tensor, not_an_array, plain_array, readable_array
 from numr_web.backends import backend_for, device_of, is_array
 from numr_web.dtypes import dtype_name, is_supported_dtype
 from numr_web.errors import DeviceMismatch, ShapeMismatch
@@ -57,9 +57,9 @@ def _array(value, name, *, optional=False):
         if isinstance(value, (list, tuple, numbers.Number)) or is_numpy_scalar(value):
             value = require_numpy(f"{name} given as a list or a number").asarray(value)
         else:
-            raise TypeError(
-                f"{name}: expected a NumPy, CuPy or WebGPU array or a numr_web.Tensor, got {type(value).__name__}"
-            )
+            raise not_an_array(name, value)
+    else:
+        value = readable_array(value, name)
     if not is_supported_dtype(value.dtype):
         raise TypeError(
             f"{name}: expected a floating-point dtype (float16, bfloat16, float32 or float64), "
