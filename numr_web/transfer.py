@@ -23,7 +23,10 @@ def to_device(array, device: str):
     Raises ``BackendUnavailable`` (with how to fix it) when the device is not usable here.
     """
     if isinstance(array, Tensor):
-        return Tensor(to_device(array.data, device), requires_grad=array.requires_grad)
+        moved = to_device(array.data, device)
+        if moved is array.data:  # already there: the new leaf gets its own values, as Tensor(array) does
+            return Tensor(moved, requires_grad=array.requires_grad)
+        return Tensor._of(moved, requires_grad=array.requires_grad)
     target = get_backend(device)  # validates the name, raises BackendUnavailable
     if not is_array(array):
         if isinstance(array, (list, tuple, numbers.Real)) or is_numpy_scalar(array):

@@ -258,3 +258,80 @@ def test_create_graph_retains_and_double_backward_still_works(x):
     assert numr_web.autograd.gradgradcheck(
         lambda t: numr_web.group_norm(t, 2), [numr_web.Tensor(x64[:1, :4, :2, :2].copy(), requires_grad=True)]
     )
+
+
+# -- Tensor(array) copies; a raw operand the graph keeps is copied (issue 26) ---------------------
+def _weighted_loss(xt, w=None, v=None):
+    """A loss whose gradient depends on every value of x (and of v)."""
+    v = np.linspace(-1.0, 2.0, int(np.prod(xt.shape))).reshape(xt.shape) if v is None else v
+    return (numr_web.group_norm(xt, 2, w) * v).sum()
+
+
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_changing_the_array_a_tensor_was_made_from_leaves_the_gradient_alone(cpu_runner, x, layout, dtype):
+    """``xt = Tensor(x, requires_grad=True); loss = f(xt); x += 5; loss.backward()`` gave a wrong
+    gradient without an error when xt shared x; Tensor(array) copies now, keeping the layout."""
+    from oracle import channels_last
+
+    x = x.astype(dtype)
+    if layout == "nhwc":
+        x = channels_last(x)
+    expected = numr_web.Tensor(x.copy(), requires_grad=True)
+    _weighted_loss(expected).backward()
+    xt = numr_web.Tensor(x, requires_grad=True)
+    assert not np.shares_memory(xt.data, x) and xt.data.strides == x.strides
+    loss = _weighted_loss(xt)
+    x += 5.0
+    x[0, 0, 0, 0] = 1e3
+    loss.backward()
+    np.testing.assert_allclose(xt.grad.numpy(), expected.grad.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_raw_arrays_beside_a_tensor_are_copied_when_the_graph_keeps_them(cpu_runner, x):
+    """A raw x next to a weight that requires grad (dweight reads x), and a raw factor of a product
+    (its gradient reads it): changing them before backward() changes nothing."""
+    x64 = x.astype(np.float64)
+    v = np.linspace(-1.0, 2.0, x.size).reshape(x.shape)
+    w0 = np.linspace(0.5, 1.5, 8)
+    expected = numr_web.Tensor(w0, requires_grad=True)
+    _weighted_loss(x64.copy(), expected, v.copy()).backward()
+    w = numr_web.Tensor(w0, requires_grad=True)
+    loss = _weighted_loss(x64, w, v)
+    x64 += 5.0
+    v *= -3.0
+    loss.backward()
+    np.testing.assert_allclose(w.grad.numpy(), expected.grad.numpy(), rtol=1e-12)
+
+
+def test_a_raw_gradient_seed_is_copied_when_a_graph_of_the_gradient_keeps_it(x):
+    x64 = x.astype(np.float64)
+    seed = np.linspace(-1.0, 1.0, x.size).reshape(x.shape)
+
+    def second_order(seed):
+        xt = numr_web.Tensor(x64, requires_grad=True)
+        (gx,) = numr_web.autograd.grad([numr_web.group_norm(xt, 2)], [xt], [seed], create_graph=True)
+        return xt, (gx * gx).sum()
+
+    expected, loss = second_order(seed.copy())
+    loss.backward()
+    xt, loss = second_order(seed)
+    seed *= -3.0  # (a shift would not do: dx does not change when dy moves by a constant)
+    loss.backward()
+    np.testing.assert_allclose(xt.grad.numpy(), expected.grad.numpy(), rtol=1e-12)
+
+
+def test_tensor_of_a_webgpu_array_takes_it_as_it_is(wg, x):
+    """No copy on WebGPU: no operation writes into a WebGPU array (each makes a new one)."""
+    xg = numr_web.to_device(x, "webgpu")
+    assert numr_web.Tensor(xg, requires_grad=True).data is xg
+
+
+def test_to_device_on_the_same_device_gives_a_leaf_of_its_own(x):
+    xt = numr_web.Tensor(x, requires_grad=True)
+    moved = numr_web.to_device(xt, "cpu")
+    assert moved.requires_grad and not np.shares_memory(moved.data, xt.data)
+    with no_grad():
+        moved.add_(1.0)
+    assert xt._version == 0
+    np.testing.assert_array_equal(xt.data, x)

@@ -276,6 +276,24 @@ def test_bench_table_prints_one_table_per_adapter(tmp_path):
     spread = _run("bench-table", "--dir", str(tmp_path), "--spread")
     assert "| NCHW, float32 | 0.70 (0.50-0.90) / 0.30 (0.20-0.40) | 0.70 (0.50-0.90)" in spread.stdout, spread.stdout
     assert "| channels-last, bfloat16 | 0.61 (0.50-0.65) / 0.62 |" in spread.stdout, spread.stdout
+    # --summary: README's one table, the rows a user compares first, with only their files' notes
+    summary = _run("bench-table", "--dir", str(tmp_path), "--summary")
+    assert summary.returncode == 0, summary.stderr
+    table = [line for line in summary.stdout.splitlines() if line.startswith("| ")]
+    assert table[0] == "| float32, G=32 " + head
+    assert table[1:] == [  # (the separator row starts with "|---")
+        "| CPU (fused), NCHW: f+b time / PyTorch's | 0.70 | - | - | - | - |",
+        "| CPU (fused), NCHW: fwd / bwd of a copy | 0.90 / 0.80 | - | - | - | - |",
+        "| WebGPU, lavapipe (wgpu-py), NCHW: fwd / bwd of a copy | 0.70 / 0.30 | 0.70 / 0.30 | - | - | - |",
+        "| WebGPU, SwiftShader (Chromium, Pyodide), NCHW: fwd / bwd of a copy | 0.41 / 0.42 | - | - | - | - |",
+    ], table
+    notes = [line[:40] for line in summary.stdout.splitlines() if line.startswith("- ")]
+    assert notes == [
+        "- CPU fused, NCHW: `docs/bench/cpu-fused",
+        "- NCHW, float32: `docs/bench/webgpu-lava",
+        "- `docs/bench/webgpu-browser-swiftshader",
+    ], notes
+    assert _run("bench-table", "--dir", str(tmp_path), "--summary", "--spread").returncode == 2
 
 
 def test_bench_table_puts_floor_rows_under_their_layout_and_dtype(tmp_path):

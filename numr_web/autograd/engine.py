@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 
 from numr_web.autograd.function import set_grad_enabled
-from numr_web.autograd.tensor import Tensor
+from numr_web.autograd.tensor import Tensor, operand
 from numr_web.backends import backend_for
 
 
@@ -15,10 +15,10 @@ def _seed(output: Tensor, grad):
             raise RuntimeError(
                 f"grad can be omitted only for a single-element output; this output has shape {output.shape}"
             )
-        return Tensor(backend_for(output.data).full_like(output.data, 1))
+        return Tensor._of(backend_for(output.data).full_like(output.data, 1))
     if isinstance(grad, numbers.Number):
-        return Tensor(backend_for(output.data).full_like(output.data, grad))
-    g = grad if isinstance(grad, Tensor) else Tensor(grad)
+        return Tensor._of(backend_for(output.data).full_like(output.data, grad))
+    g = operand(grad)  # a graph built from it (create_graph) copies it if it keeps it
     if g.shape != output.shape:
         raise ValueError(f"grad: expected shape {output.shape} (the output's), got {g.shape}")
     if g.device != output.device:

@@ -152,14 +152,16 @@ class Function:
     def apply(cls, *args):
         from numr_web.autograd.tensor import Tensor
 
-        raw = tuple(a.data if isinstance(a, Tensor) else a for a in args)
         needs = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
         record = is_grad_enabled() and cls.schema.produces_grad and any(needs)
+        if record:
+            _own_saved(cls, args, needs)
+        raw = tuple(a.data if isinstance(a, Tensor) else a for a in args)
         ctx = Context(args if record else (), needs)
         out = cls.forward(ctx, *raw)
         if is_numpy_scalar(out):  # NumPy reductions return scalars
             out = out.__array__()
-        result = Tensor(out, requires_grad=record)
+        result = Tensor._of(out, requires_grad=record)
         if record:
             result.grad_fn = Node(cls, ctx, tuple(out.shape), out.dtype)
             # A weak reference: a backward that needs its own output (sigmoid,
@@ -167,3 +169,15 @@ class Function:
             ctx.output_ref = weakref.ref(result)
             ctx.watch(cls, args, result)
         return result
+
+
+def _own_saved(fn, args, needs):
+    """Copy the borrowed operands (raw arrays the caller still holds) whose values ``fn``'s backward
+    reads, before the graph keeps them: a change to the caller's array must not reach the backward."""
+    from numr_web.autograd.tensor import own_copy
+
+    for i in fn.saved_inputs(needs):
+        t = args[i]
+        if getattr(t, "_borrowed", False):
+            t.data = own_copy(t.data)
+            t._borrowed = False

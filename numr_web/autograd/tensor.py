@@ -70,14 +70,26 @@ def plain_array(value, name):
     return value
 
 
+def _is_value(value) -> bool:
+    """A number or a list: ``_as_array`` makes a new array of it."""
+    return isinstance(value, (numbers.Number, list, tuple)) or is_numpy_scalar(value)
+
+
 def _as_array(value):
     if isinstance(value, Tensor):
         return value.data
     if is_array(value):
         return readable_array(plain_array(value, "array"), "array")
-    if isinstance(value, (numbers.Number, list, tuple)) or is_numpy_scalar(value):
+    if _is_value(value):
         return require_numpy("a Tensor of a list or a number").asarray(value)
     raise not_an_array("array", value, "a NumPy, CuPy or WebGPU array, a Tensor, a number or a list")
+
+
+def own_copy(data):
+    """A copy of ``data`` in the same memory layout (channels-last stays channels-last), for a
+    tensor to own; a WebGPU array as it is: no operation writes into one (each makes a new array)."""
+    xp = backend_for(data).xp
+    return data if xp is None else xp.copy(data, order="K")
 
 
 class Tensor:
@@ -97,12 +109,30 @@ class Tensor:
     out-of-place result to ``a``.  Writing to the array itself
     (``t.data[...] = v``, or assigning ``t.data``) is not tracked, as with
     PyTorch's ``.data``.
+
+    ``Tensor(array)`` copies a NumPy or CuPy array, as ``torch.tensor`` does:
+    changing ``array`` afterwards leaves the tensor (and a graph that saved it)
+    as it was.  A WebGPU array is taken as it is (no operation writes into one).
     """
 
     __array_priority__ = 1000  # NumPy defers ``ndarray op Tensor`` to us
 
     def __init__(self, array, requires_grad: bool = False):
+        # Tensor(array) takes a copy of a NumPy or CuPy array (or of a Tensor's values), as
+        # torch.tensor does.  Sharing it would let the caller change the values behind the graph's
+        # back (``x += 5`` between the forward and backward() gave a wrong gradient, no error), and
+        # nothing cheap can tell afterwards: a NumPy array has no version counter, and a checksum of
+        # every saved input at every backward costs a pass over it.  The copy costs one pass, once,
+        # where the tensor is made; in-place changes through the Tensor are caught by its version
+        # counter.  Arrays numr_web itself makes (results, gradients) are wrapped without a copy
+        # (``Tensor._of``), and a raw array given to an op beside a Tensor is copied only when the
+        # graph keeps it for the backward (``Function.apply``).
         data = _as_array(array)
+        if not _is_value(array):
+            data = own_copy(data)
+        self._init(data, requires_grad)
+
+    def _init(self, data, requires_grad, borrowed=False):
         if requires_grad and not is_supported_dtype(data.dtype):
             raise TypeError(f"requires_grad: only floating-point tensors can require gradients, got {data.dtype}")
         self.data = data
@@ -112,6 +142,17 @@ class Tensor:
         #: the version counter, one list shared by the tensors that view the same values
         #: (``detach``, ``reshape``): an in-place operation on any of them bumps it
         self._versions = [0]
+        #: the values are an array the caller still holds (an op's raw operand): copied before a
+        #: graph keeps them for the backward (``Function.apply``)
+        self._borrowed = borrowed
+
+    @classmethod
+    def _of(cls, data, requires_grad: bool = False, *, borrowed: bool = False):
+        """A Tensor of ``data`` without a copy: an array numr_web made (an op's result, a gradient),
+        or, ``borrowed``, one the caller passed to an op beside a Tensor."""
+        t = cls.__new__(cls)
+        t._init(data, requires_grad, borrowed)
+        return t
 
     # -- metadata ------------------------------------------------------------
     shape = property(lambda self: tuple(self.data.shape))
@@ -161,7 +202,7 @@ class Tensor:
 
     def detach(self) -> Tensor:
         """The same values without the graph (it shares this tensor's version counter)."""
-        out = Tensor(self.data)
+        out = Tensor._of(self.data, borrowed=self._borrowed)
         out._versions = self._versions
         return out
 
@@ -207,7 +248,7 @@ class Tensor:
             value = other.data
         elif not (isinstance(other, numbers.Real) and not isinstance(other, bool)):
             value = _as_array(other)
-            _check_devices(what, self, Tensor(value))
+            _check_devices(what, self, Tensor._of(value))
         if self.backend.xp is not None:
             op(self.data, value)  # NumPy, CuPy: the array itself changes (views see it)
         else:
@@ -312,6 +353,7 @@ class Tensor:
             shape = tuple(shape[0])
         out = _fn().Reshape.apply(self, tuple(int(s) for s in shape))
         out._versions = self._versions  # a view of the same values (a copy only errs on the safe side)
+        out._borrowed = self._borrowed
         return out
 
     def astype(self, dtype):
@@ -378,7 +420,15 @@ def _wrap(value, like: Tensor):
         return value
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return float(value)
-    return Tensor(_as_array(value))
+    return operand(value)
+
+
+def operand(value) -> Tensor:
+    """A raw array (or list) an op takes beside a Tensor, as a constant Tensor: not copied here,
+    but before a recorded graph keeps it for the backward (the caller may change the array)."""
+    if isinstance(value, Tensor):
+        return value
+    return Tensor._of(_as_array(value), borrowed=not _is_value(value))
 
 
 def _norm_axis(axis, ndim):

@@ -236,9 +236,9 @@ class GroupNormFunction(Function):
             if w is None and b is not None and needs[2]:
                 db = _bias_grad_without_weight(be, g, x, mean, rstd, b, num_groups, activation, layout)
             return (
-                Tensor(dx) if needs[0] else None,
-                Tensor(dw) if needs[1] and dw is not None else None,
-                Tensor(db) if needs[2] and db is not None else None,
+                Tensor._of(dx) if needs[0] else None,
+                Tensor._of(dw) if needs[1] and dw is not None else None,
+                Tensor._of(db) if needs[2] and db is not None else None,
                 None,
                 None,
                 None,
@@ -264,7 +264,7 @@ def _bias_grad_without_weight(be, g, x, mean, rstd, b, num_groups, activation, l
 def _as_tensor(value, name):
     if value is None or isinstance(value, Tensor):
         return value
-    return Tensor(_array(value, name))
+    return Tensor._of(_array(value, name), borrowed=True)  # copied if the graph keeps it
 
 
 def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, activation=None):
@@ -279,7 +279,7 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, activation=No
     if not any(isinstance(v, Tensor) for v in (x, weight, bias)):
         xa, _, layout = canonical_layout(xa)
         return backend_for(xa).group_norm_forward(xa, wa, ba, num_groups, eps, activation, layout=layout)[0]
-    x_t = x if isinstance(x, Tensor) else Tensor(xa)
+    x_t = x if isinstance(x, Tensor) else Tensor._of(xa, borrowed=True)  # copied if the graph keeps it
     w_t = _as_tensor(weight, "weight")
     b_t = _as_tensor(bias, "bias")
     return GroupNormFunction.apply(x_t, w_t, b_t, num_groups, eps, activation)
