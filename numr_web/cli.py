@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import os
 import sys
@@ -72,6 +73,26 @@ _positive_int = _int_at_least(1, "a positive integer")
 _count = _int_at_least(0, "a number of processes (0 or more)")
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _threads(text):
+    """``--threads``: 1 up to the usable cores.  More is refused, not just said: the extra threads
+    would time the scheduler sharing cores among them, not the op (a busy machine is ``--contend``)."""
+    cores = usable_cores()
+    value = _positive_int(text)
+    if value > cores:
+        raise argparse.ArgumentTypeError(
+            f"expected at most the {cores} cores this process may use, got {value} "
+            "(more threads than cores time their sharing of the cores; --contend K times a busy machine)"
+        )
+    return value
+
+
 #: the demo's sample tensor has this many channels
 DEMO_CHANNELS = 6
 
@@ -94,10 +115,10 @@ def _shapes(text):
     from numr_web.bench.runner import parse_shapes
 
     try:
-        shapes = parse_shapes(text)
+        parse_shapes(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--shapes: ")) from None
-    return text if shapes else None
+    return text
 
 
 def _json_path(text):
@@ -231,7 +252,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true", help="3 samples and the two smallest shapes")
     b.add_argument("--compare", choices=["torch"], default=None, help="time torch side by side")
     b.add_argument(
-        "--threads", type=_positive_int, default=None, help="torch/Numba threads, 1 or more (default: all cores)"
+        "--threads",
+        type=_threads,
+        default=None,
+        help="torch/Numba threads, 1 up to the usable cores (default: all cores)",
     )
     b.add_argument("--json", type=_json_path, default=None, metavar="PATH", help="write the rows as JSON")
     b.add_argument(
@@ -253,7 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="also time the floor kernels (WGSL, one invocation per group, plain sums): the least work of any "
         "kernel that reads a group twice, beside the op and the copy (WebGPU backend, NCHW)",
     )
-    b.set_defaults(fn=_cmd_bench)
+    # refusals that need more than one flag print bench's usage, not the top-level one
+    b.set_defaults(fn=_cmd_bench, check=functools.partial(_check_bench, b))
 
     w = sub.add_parser("warmup", help="compile the fused CPU kernels now (first calls otherwise wait for it)")
     w.add_argument(
@@ -274,12 +299,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # here, not at exit, so that a closed pipe is caught below
+        return code
+    except BrokenPipeError:
+        # The reader went away (`numr-web info | head -1`): it asked for no more, so stop quietly
+        # with success.  stdout now points at devnull, so the interpreter's last flush of what is
+        # still buffered does not fail again on exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 0
+
+
+def _run(argv) -> int:
     from numr_web.errors import BackendUnavailable
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command == "bench":
-        _check_bench(parser, args)
+    args = build_parser().parse_args(argv)
+    check = getattr(args, "check", None)
+    if check is not None:
+        check(args)
     try:
         return int(args.fn(args) or 0)
     except (ValueError, BackendUnavailable) as exc:

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
 
 def run(*args, timeout=600):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -215,12 +217,21 @@ BAD_FLAGS = [
     (("demo", "--groups", "4"), "--groups", "1, 2, 3 or 6"),
     (("bench", "--threads", "-1"), "--threads", "positive integer"),
     (("bench", "--threads", "0"), "--threads", "positive integer"),
-    (("bench", "--shapes", "garbage"), "--shapes", "N,C,...,G"),
+    (("bench", "--shapes", "garbage"), "--shapes", "N,C,H,W,G"),
     (("bench", "--shapes", "2,6,4,4,4"), "--shapes", "must divide"),
     (("bench", "--contend", "-1"), "--contend", "0 or more"),
     (("bench", "--timing", "wall"), "--timing", "invalid choice"),
     (("bench", "--timing", "device"), "--timing", "needs --backend webgpu or cuda"),
     (("bench", "--backend", "webgpu", "--dtype", "float64"), "--dtype", "no float64"),
+    (("bench", "--floor"), "--floor", "needs --backend webgpu"),
+    (("bench", "--ideal", "--backend", "webgpu"), "--ideal", "needs --backend cpu"),
+    # issue 26: a shape is five integers, and an empty --shapes is no shape (not the defaults)
+    (("bench", "--shapes", "1,32,8,8"), "--shapes", "five positive integers N,C,H,W,G"),
+    (("bench", "--shapes", "1,32,8,8,8,8"), "--shapes", "five positive integers N,C,H,W,G"),
+    (("bench", "--shapes", "1,,32,8,8,8"), "--shapes", "five positive integers N,C,H,W,G"),
+    (("bench", "--shapes", ""), "--shapes", "at least one shape"),
+    (("bench", "--shapes", " ; "), "--shapes", "at least one shape"),
+    (("bench", "--threads", str(CORES + 1)), "--threads", f"at most the {CORES} cores"),
 ]
 
 
@@ -231,6 +242,7 @@ def test_bad_flag_is_one_line_naming_it(argv, flag, what):
     assert out.stdout == ""  # nothing ran
     errors = [ln for ln in out.stderr.splitlines() if "error:" in ln]
     assert len(errors) == 1 and f"argument {flag}:" in errors[0] and what in errors[0], out.stderr
+    assert out.stderr.startswith(f"usage: numr-web {argv[0]} "), out.stderr  # the subcommand's usage
     assert "Traceback" not in out.stderr
 
 
@@ -241,4 +253,31 @@ def test_bench_compare_torch_without_torch_is_one_line():
     assert out.returncode == 2 and out.stdout == "", out.stderr
     errors = [ln for ln in out.stderr.splitlines() if "error:" in ln]
     assert len(errors) == 1 and "argument --compare: torch is not installed" in errors[0]
+    assert out.stderr.startswith("usage: numr-web bench "), out.stderr
     assert "Traceback" not in out.stderr
+
+
+# -- a closed pipe (issue 26) ------------------------------------------------------------------------
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("command", ["info", "demo"])
+def test_a_closed_pipe_ends_the_command_quietly(command, buffered):
+    """``numr-web demo | head -1``: the reader is gone before the output is; no traceback, exit 0
+    (whether the write that fails is a print or the flush of a buffered stdout)."""
+    read, write = os.pipe()
+    os.close(read)  # nobody reads: the first write that reaches the pipe fails
+    env = dict(os.environ)
+    env.pop("PYTHONUNBUFFERED", None)
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "numr_web.cli", command],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+            env=env,
+        )
+    finally:
+        os.close(write)
+    assert out.returncode == 0 and out.stderr == "", out.stderr

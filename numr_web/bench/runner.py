@@ -57,28 +57,28 @@ BENCH_SHAPES = [
 
 
 def parse_shapes(text):
-    """``"N,C,H,W,G;..."`` (``x`` works as a separator too) as (N, C, *spatial, G) tuples; ValueError
-    naming ``--shapes`` for anything else (default: the standard shapes)."""
-    if not text:
+    """``"N,C,H,W,G;..."`` (``x`` works as a separator too) as (N, C, H, W, G) tuples; None gives the
+    standard shapes; ValueError naming ``--shapes`` for anything else (a text without a shape too)."""
+    if text is None:
         return list(BENCH_SHAPES)
     shapes = []
     for part in text.split(";"):
         if not part.strip():
             continue
         try:
-            nums = tuple(int(v) for v in part.replace("x", ",").split(",") if v.strip())
+            nums = tuple(int(v) for v in part.replace("x", ",").split(","))
         except ValueError:
             nums = ()
-        if len(nums) < 3 or min(nums) < 1:
+        if len(nums) != 5 or min(nums) < 1:
             raise ValueError(
-                f"--shapes: expected positive integers N,C,...,G per shape, shapes separated by ';' "
+                f"--shapes: expected five positive integers N,C,H,W,G per shape, shapes separated by ';' "
                 f"(e.g. 2,320,64,64,32), got {part.strip()!r}"
             )
         if nums[1] % nums[-1]:
             raise ValueError(f"--shapes: the group count G={nums[-1]} must divide C={nums[1]} in {part.strip()!r}")
         shapes.append(nums)
     if not shapes:
-        raise ValueError(f"--shapes: expected at least one shape N,C,...,G, got {text!r}")
+        raise ValueError(f"--shapes: expected at least one shape N,C,H,W,G, got {text!r}")
     return shapes
 
 
