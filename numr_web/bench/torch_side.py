@@ -51,7 +51,7 @@ class TorchSide:
 
         tx = to(x).contiguous(memory_format=fmt)
         tdy = to(dy).contiguous(memory_format=fmt)
-        tw, tb = to(w), to(b)
+        tw, tb = to(self.params_like(w, x)), to(self.params_like(b, x))
         n, c = x.shape[:2]
         hw = math.prod(x.shape[2:])
         _, mean, rstd = torch.ops.aten.native_group_norm(tx, tw, tb, n, c, hw, groups, eps)
@@ -63,6 +63,14 @@ class TorchSide:
             torch.ops.aten.native_group_norm_backward(tdy, tx, mean, rstd, tw, n, c, hw, groups, [True, True, True])
 
         return fwd, bwd
+
+    def params_like(self, param, x):
+        """``param`` (numr_web's float32 weight or bias) in the dtype torch takes beside ``x``: float32
+        where torch mixes it with 16-bit x (its CPU kernels), else x's dtype (float64 x refuses float32
+        parameters: "mixed dtype (CPU): all inputs must share same datatype")."""
+        if param.dtype == x.dtype or (self.device == "cpu" and x.dtype.itemsize == 2):
+            return param
+        return param.astype(x.dtype)
 
     def version(self):
         return f"torch {self.torch.__version__}, {self.torch.get_num_threads()} threads"
