@@ -213,9 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--backend", default="cpu", choices=["cpu", "cuda", "webgpu"])
     b.add_argument(
         "--cpu-path",
-        default="auto",
+        default=None,
         choices=["auto", "numpy", "fused"],
-        help="CPU kernels: fused (Numba) or pure NumPy (default: fused when Numba imports)",
+        help="CPU kernels: fused (Numba) or pure NumPy (default: NUMR_WEB_CPU_PATH where set, else auto: "
+        "fused when Numba imports)",
     )
     b.add_argument(
         "--dtype",

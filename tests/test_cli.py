@@ -284,6 +284,27 @@ def test_a_closed_pipe_ends_the_command_quietly(command, buffered):
     assert out.returncode == 0 and out.stderr == "", out.stderr
 
 
+# -- NUMR_WEB_CPU_PATH and --cpu-path (issue 29) -----------------------------------------------------
+@pytest.mark.parametrize(
+    "env_path,flag,expected", [("numpy", None, "numpy"), ("fused", "numpy", "numpy"), ("numpy", "fused", "fused")]
+)
+def test_bench_honours_the_cpu_path_variable_unless_the_flag_is_given(tmp_path, env_path, flag, expected):
+    """README: NUMR_WEB_CPU_PATH forces a path; --cpu-path, given, wins over it."""
+    from conftest import require_target
+
+    require_target("cpu-fused")
+    dest = tmp_path / "rows.json"
+    argv = ["bench", "--shapes", "1,8,4,4,2", "--repeat", "1", "--json", str(dest)]
+    argv += ["--cpu-path", flag] if flag else []
+    env = dict(os.environ, NUMR_WEB_CPU_PATH=env_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "numr_web.cli", *argv], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"backend cpu ({expected} path)" in out.stdout, out.stdout
+    assert [row["cpu_path"] for row in json.loads(dest.read_text())["rows"]] == [expected]
+
+
 # -- --compare torch, with torch (issue 29) -----------------------------------------------------------
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])

@@ -103,7 +103,8 @@ def run_bench(args) -> int:
     if args.threads:
         os.environ["NUMBA_NUM_THREADS"] = str(args.threads)  # before Numba loads (the CLI re-execs first)
     contend = getattr(args, "contend", 0) or 0
-    get_backend("cpu").path = args.cpu_path
+    if args.cpu_path is not None:  # else the backend's own choice: NUMR_WEB_CPU_PATH, or auto
+        get_backend("cpu").path = args.cpu_path
     device = args.backend
     be = get_backend(device)
     dt = BFLOAT16 if args.dtype == "bfloat16" else np.dtype(args.dtype)
