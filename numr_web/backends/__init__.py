@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from numr_web.errors import BackendUnavailable
+from numr_web.errors import BackendUnavailable, type_label
 from numr_web.host import is_ndarray, loaded_numpy
 
 #: device name -> module holding a module-level ``BACKEND``
@@ -107,7 +107,7 @@ def device_of(array) -> str:
     if module.startswith("cupy"):
         return "cuda"
     raise TypeError(
-        f"expected a NumPy array, a CuPy array, a WebGPU array or a numr_web.Tensor, got {type(array).__name__}"
+        f"expected a NumPy array, a CuPy array, a WebGPU array or a numr_web.Tensor, got {type_label(array)}"
     )
 
 
