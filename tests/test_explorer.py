@@ -22,6 +22,7 @@ import numr_web  # noqa: E402
 from numr_web import explorer as explorer_module  # noqa: E402
 from numr_web.errors import ShapeMismatch  # noqa: E402
 from numr_web.explorer import Explorer  # noqa: E402
+from numr_web.explorer import widget as widget_module  # noqa: E402
 
 DEVICES = {"cpu": "cpu-numpy", "webgpu": "webgpu"}
 
@@ -224,7 +225,7 @@ def test_max_samples_limits_the_tensors_sent():
 def test_results_layout_is_the_contract():
     e = Explorer(device="cpu", num_groups=4, eps=1e-3, silu=True)
     meta = e.results_meta
-    assert set(meta) == {"version", "arrays", "eps", "dtype", "silu"}
+    assert set(meta) == {"version", "arrays", "eps", "dtype", "silu", "grad_mode"}
     assert (meta["eps"], meta["dtype"], meta["silu"]) == (1e-3, "float32", True)
     assert isinstance(e.results, bytes) and isinstance(e.input_data, bytes)
     changing = {"y", "mean", "rstd", "dx", "dweight", "dbias", "dx_norm", "dx_sum", "dx_dot_xhat"}
@@ -303,7 +304,7 @@ def test_bad_control_values_set_status_and_never_raise():
 def test_async_recompute_where_blocking_is_unavailable(monkeypatch):
     """Where Python cannot block (Pyodide without JSPI) the recompute awaits its read-backs in a task."""
     require_target("webgpu")
-    monkeypatch.setattr(explorer_module, "_can_block", lambda: False)
+    monkeypatch.setattr(widget_module, "_can_block", lambda: False)
     reads = []
     real = numr_web.webgpu.WebGPUArray.tobytes
 
@@ -434,5 +435,120 @@ def test_default_device_in_a_browser_follows_navigator_gpu(monkeypatch, gpu):
 
     navigator = types.SimpleNamespace(userAgent="test", **({"gpu": object()} if gpu else {}))
     monkeypatch.setitem(sys.modules, "js", types.SimpleNamespace(navigator=navigator))
-    monkeypatch.setattr(explorer_module, "_in_pyodide", lambda: True)
+    monkeypatch.setattr(widget_module, "_in_pyodide", lambda: True)
     assert explorer_module.default_device() == ("webgpu" if gpu else "cpu")
+
+
+# ---- the gradient modes against an independent float64 computation ----------------------------------------
+def _gn64(x, g, eps, w, b, silu):
+    """GroupNorm (+ SiLU) forward in float64 NumPy: (y, xhat, rstd, z)."""
+    n, c = x.shape[:2]
+    xg = x.astype(np.float64).reshape(n, g, -1)
+    rstd = 1.0 / np.sqrt(xg.var(axis=2, keepdims=True) + eps)
+    xhat = ((xg - xg.mean(axis=2, keepdims=True)) * rstd).reshape(x.shape)
+    cshape = (1, c) + (1,) * (x.ndim - 2)
+    z = xhat * w.astype(np.float64).reshape(cshape) + b.astype(np.float64).reshape(cshape)
+    y = z / (1.0 + np.exp(-z)) if silu else z
+    return y, xhat, rstd, z
+
+
+def _dx64(dy, x, g, eps, w, b, silu):
+    """The closed-form backward in float64 NumPy: dx = rstd (gh - mean(gh) - xhat mean(gh xhat)), gh = dL/dxhat."""
+    _, xhat, rstd, z = _gn64(x, g, eps, w, b, silu)
+    n, c = x.shape[:2]
+    dz = dy.astype(np.float64)
+    if silu:
+        s = 1.0 / (1.0 + np.exp(-z))
+        dz = dz * s * (1.0 + z * (1.0 - s))
+    gh = (dz * w.astype(np.float64).reshape((1, c) + (1,) * (x.ndim - 2))).reshape(n, g, -1)
+    xh = xhat.reshape(n, g, -1)
+    dx = rstd * (gh - gh.mean(axis=2, keepdims=True) - xh * (gh * xh).mean(axis=2, keepdims=True))
+    return dx.reshape(x.shape)
+
+
+@pytest.mark.parametrize("silu", [False, True])
+@pytest.mark.parametrize("mode", ["ones", "random", "loss", "painted"])
+def test_gradient_modes_match_an_independent_float64_computation(device, mode, silu):
+    """dy of every grad_mode as the contract defines it, and dx from it, computed here in float64 from the input
+    alone (the Explorer's x, weight and bias), not through numr_web's ops."""
+    import random
+
+    rng = np.random.default_rng(11)
+    x = (2.0 + rng.standard_normal((2, 8, 3, 4)) * np.linspace(0.5, 3.0, 8).reshape(1, 8, 1, 1)).astype(np.float32)
+    w = (1.0 + 0.3 * rng.standard_normal(8)).astype(np.float32)
+    b = (0.2 * rng.standard_normal(8)).astype(np.float32)
+    g, eps, seed = 4, 1e-5, 7
+    e = Explorer(x, num_groups=g, weight=w, bias=b, eps=eps, device=device, grad_mode=mode, silu=silu, seed=seed)
+    mask = np.zeros((8, 3, 4), np.float32)
+    if mode == "painted":
+        mask[2, 1, :3] = 1.0
+        mask[5, 0, 0] = 1.0
+        e.set_state({"dy_paint": memoryview(mask.tobytes())})
+    assert e.status == "ok", e.status
+    r = decoded(e)
+    y64 = _gn64(x, g, eps, w, b, silu)[0]
+    if mode == "ones":
+        dy64 = np.ones(x.shape)
+    elif mode == "random":  # the contract's recipe: Python's random from the seed, C order
+        gauss = random.Random(seed * 1_000_003 + 7_777_777).gauss
+        dy64 = np.array([gauss(0.0, 1.0) for _ in range(x.size)]).reshape(x.shape)
+    elif mode == "loss":  # loss = sum(y**2) / 2, so dy = y
+        dy64 = y64
+    else:
+        dy64 = np.broadcast_to(mask, x.shape).astype(np.float64)
+    np.testing.assert_allclose(r["dy"], dy64, rtol=2e-6, atol=2e-6 * np.abs(dy64).max())
+    dx64 = _dx64(dy64, x, g, eps, w, b, silu)
+    rstd = 1.0 / np.sqrt(x.astype(np.float64).reshape(2, g, -1).var(axis=2) + eps)
+    tol = 2e-5 * rstd.max() * max(1.0, np.abs(dy64).max()) * max(1.0, np.abs(w).max())
+    np.testing.assert_allclose(r["dx"], dx64, rtol=0, atol=tol)
+    if mode == "ones" and not silu:  # not zero: the weight differs between the channels of a group
+        assert np.abs(dx64).max() > 100 * tol
+
+
+def test_dx_is_zero_up_to_rounding_for_dy_ones_and_a_uniform_weight(device):
+    """With dy = 1 and w = 1, sum(y) does not depend on x (x-hat sums to 0 in every group): dx = 0 exactly in
+    float64, and the Explorer's float32 dx is rounding only (the view says so)."""
+    e = Explorer(device=device, num_groups=8, grad_mode="ones")
+    r = decoded(e)
+    assert np.abs(r["dx"]).max() < 1e-5 * r["rstd"].max()
+
+
+# ---- generated inputs and presets --------------------------------------------------------------------------
+@pytest.mark.parametrize("pattern", explorer_module.PATTERNS)
+def test_generated_patterns_give_channels_their_own_offset_and_scale(pattern):
+    e = Explorer(device="cpu", num_groups=8, pattern=pattern, seed=3)
+    x = decoded(e)["x"].astype(np.float64)
+    means, sds = x.mean(axis=(2, 3)), x.std(axis=(2, 3))
+    # the default spread: channel offsets and scales differ, so normalization visibly changes the input
+    assert np.ptp(means[0]) > 2.0 and sds[0].max() / sds[0].min() > 2.0, (means[0], sds[0])
+    z = (x - means[..., None, None]) / sds[..., None, None]  # each channel standardized
+    lag = np.corrcoef(z[:, :, :, :-1].ravel(), z[:, :, :, 1:].ravel())[0, 1]
+    # structured: horizontal neighbours are alike; noise: they are not
+    assert (lag > 0.5) if pattern != "noise" else (abs(lag) < 0.2), lag
+    again = decoded(Explorer(device="cpu", num_groups=8, pattern=pattern, seed=3))["x"]
+    np.testing.assert_array_equal(again, decoded(e)["x"])
+    flat = decoded(Explorer(device="cpu", num_groups=8, pattern=pattern, seed=3, channel_spread=0.0))["x"]
+    assert np.ptp(flat.mean(axis=(2, 3))[0]) < np.ptp(means[0]) / 2
+
+
+def test_a_message_setting_several_controls_recomputes_once():
+    """A preset sets several traits in one comm message (ipywidgets' set_state): one recompute, one result."""
+    e = Explorer(device="cpu", num_groups=4)
+    v = e.results_meta["version"]
+    e.set_state({"num_groups": 8, "outlier_channel": 1, "channel_spread": 0.0, "pattern": "stripes"})
+    assert e.status == "ok" and e.results_meta["version"] == v + 1
+    fresh = Explorer(device="cpu", num_groups=8, outlier_channel=1, channel_spread=0.0, pattern="stripes")
+    np.testing.assert_array_equal(decoded(e)["mean"], decoded(fresh)["mean"])
+    e.set_state({"scale": -1.0, "num_groups": 2})
+    assert e.status.startswith("error: scale:"), e.status
+    assert e.results_meta["version"] == v + 1
+
+
+def test_batch_up_to_32_and_a_clear_error_above():
+    e = Explorer(device="cpu", num_groups=4)
+    e.batch = 32
+    assert e.status == "ok" and decoded(e)["mean"].shape == (32, 4)
+    e.batch = 33
+    assert e.status == "error: batch: expected 1..32, got 33"
+    with pytest.raises(ValueError, match="^pattern:"):
+        Explorer(device="cpu", pattern="plaid")
