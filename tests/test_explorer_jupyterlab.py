@@ -246,29 +246,76 @@ def check_stats(table, mean, rstd):
     np.testing.assert_allclose(got_r, rstd, rtol=1e-5)
 
 
+#: each view's content (its text and every canvas's pixels), to tell that a change redrew it
+SIGNATURES = """() => Object.fromEntries(['stats', 'cube', 'selected', 'images', 'gradients', 'invariants-fold']
+  .map(t => { const e = document.querySelector(`.nw-body [data-testid="${t}"]`);
+    return [t, e ? e.textContent + [...e.querySelectorAll('canvas')].map(c => c.toDataURL()).join() : null]; }))"""
+DRAWN = "() => document.querySelector('.nw-body').dataset.drawn"
+
+
+def _wait_redraw(page, version):
+    page.wait_for_function(f"() => ({DRAWN})() !== {json.dumps(version)}", timeout=60_000)
+
+
+def _run_cell(page, index):
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(index)
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Shift+Enter")
+    out = cell.locator(".jp-OutputArea-output")
+    out.wait_for(timeout=60_000)
+    return out.inner_text().strip()
+
+
+def _screenshot(page, path):
+    widget = page.locator(".jp-OutputArea-output").first
+    widget.scroll_into_view_if_needed()
+    widget.screenshot(path=str(path))
+    print(f"widget screenshot: {path}")
+
+
+def _theme(page, name, light):
+    page.click(".lm-MenuBar-item:has-text('Settings')")
+    page.hover(".lm-Menu-item:has-text('Theme')")
+    page.click(f".lm-Menu-item:has-text('{name}')")
+    page.wait_for_function(f"() => document.body.dataset.jpThemeLight === '{str(light).lower()}'", timeout=30_000)
+    page.wait_for_timeout(500)
+
+
+def _screenshots_for_readme(page, tmp_path):
+    """When NUMR_WEB_UPDATE_SCREENSHOT is set: the Explorer as it opens, in JupyterLab's light theme and its dark
+    one (Settings > Theme), into docs/explorer.png and docs/explorer-dark.png."""
+    if not os.environ.get("NUMR_WEB_UPDATE_SCREENSHOT"):
+        return
+    _screenshot(page, tmp_path / "explorer.png")
+    _theme(page, "JupyterLab Dark", False)
+    _screenshot(page, tmp_path / "explorer-dark.png")
+    _theme(page, "JupyterLab Light", True)
+    for name in ("explorer.png", "explorer-dark.png"):
+        shutil.copy(tmp_path / name, REPO / "docs" / name)
+
+
+#: the Explorer the notebook shows: a generated input (the test process makes the same one for its numbers)
+EXPLORER = dict(shape=(2, 16, 8, 8), num_groups=4, device="cpu")
+
+
 def test_explorer_in_jupyterlab(tmp_path):
     require_lab()
     import numpy as np
 
     import numr_web
 
-    rng = np.random.default_rng(2018)
-    x = (1.5 + 2.0 * rng.standard_normal((2, 8, 4, 4))).astype(np.float32)
+    x = np.frombuffer(numr_web.Explorer(**EXPLORER).decode()["x"][1].tobytes(), np.float32).reshape(2, 16, 8, 8)
     want = {}
     for g in (4, 2):
         _, mean, rstd = numr_web.ops.group_norm_forward(x, None, None, g)
         want[g] = (np.asarray(mean), np.asarray(rstd))
 
     with JupyterLab(tmp_path / "lab") as lab:
-        np.save(lab.root / "x.npy", x)
         url = lab.write_notebook(
             "explorer.ipynb",
             [
-                "import numpy as np\nimport numr_web\n"
-                "x = np.load('x.npy')\n"
-                "explorer = numr_web.Explorer(x, num_groups=4, device='cpu')\n"
-                "explorer",
-                "print('kernel sees', explorer.num_groups, explorer.selected)",
+                f"import numr_web\nexplorer = numr_web.Explorer(**{EXPLORER!r})\nexplorer",
+                "print('kernel sees', explorer.num_groups, explorer.selected, explorer.sample)",
                 "import array\n"
                 "paint = array.array('f', explorer.dy_paint)\n"
                 "dy = explorer.decode()['dy'][1]\n"
@@ -276,75 +323,96 @@ def test_explorer_in_jupyterlab(tmp_path):
                 "print('paint', explorer.grad_mode, len(paint), painted, sum(dy), explorer.status)",
             ],
         )
-        with browser(viewport=(1280, 2600)) as page:
+        # a laptop's screen: the core views must be seen together there
+        with browser(viewport=(1280, 880)) as page:
             errors = []
             page.on("pageerror", lambda e: errors.append(f"{e}\n{e.stack}"))
             try:
-                run_explorer_cell(page, url)
-                page.wait_for_function(
-                    f"() => document.querySelectorAll('[data-testid=\"group-stats\"] tbody tr').length === {2 * 4}",
-                    timeout=60_000,
-                )
-                check_stats(read_group_stats(page), *want[4])
-
-                # front-end -> kernel: the num-groups select; the kernel recomputes and the table redraws
-                page.select_option('[data-testid="num-groups"]', "2")
-                page.wait_for_function(
-                    "() => document.querySelectorAll('[data-testid=\"group-stats\"] tbody tr').length === 4",
-                    timeout=60_000,
-                )
-                check_stats(read_group_stats(page), *want[2])
-
-                # front-end -> kernel, a List trait: click group (n=1, g=1) of the mean heatmap, then ask the kernel
-                box = page.locator('[data-testid="heatmap-mean"]').bounding_box()
-                page.mouse.click(box["x"] + 0.75 * box["width"], box["y"] + 0.75 * box["height"])
-                page.wait_for_selector('[data-testid="group-stats"] tbody tr.nw-selected', state="attached")
-                page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".cm-content").click()
-                page.keyboard.press("Shift+Enter")
-                out = page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-OutputArea-output")
-                out.wait_for(timeout=60_000)
-                assert out.inner_text().strip() == "kernel sees 2 [1, 1]", out.inner_text()
-
-                # front-end -> kernel, binary: paint dy on the dy image (a DataView trait); the kernel gets the
-                # bytes, recomputes with them, and its results' dy is the painting on both samples
-                drawn = "() => document.querySelector('.nw-body').dataset.drawn"
-                version = page.evaluate(drawn)
-                page.select_option('[data-testid="grad-mode"]', "painted")
-                page.wait_for_function(f"() => ({drawn})() !== {json.dumps(version)}", timeout=60_000)
-                page.wait_for_selector('[data-testid="image-dy"].nw-paint')
-                dy_img = page.locator('[data-testid="image-dy"]')
-                dy_img.scroll_into_view_if_needed()
-                box = dy_img.bounding_box()
-                rows, cols = 8, 16  # channels by positions of one sample
-
-                def cell(c, s):
-                    return box["x"] + (s + 0.5) * box["width"] / cols, box["y"] + (c + 0.5) * box["height"] / rows
-
-                version = page.evaluate(drawn)
-                page.mouse.move(*cell(1, 2))
-                page.mouse.down()
-                page.mouse.move(*cell(1, 6), steps=3)
-                page.mouse.up()
-                page.wait_for_function(f"() => ({drawn})() !== {json.dumps(version)}", timeout=60_000)
-                cell3 = page.locator(".jp-Notebook .jp-Cell").nth(2)
-                cell3.locator(".cm-content").click()
-                page.keyboard.press("Shift+Enter")
-                out3 = cell3.locator(".jp-OutputArea-output")
-                out3.wait_for(timeout=60_000)
-                want_idx = [1 * 16 + s for s in range(2, 7)]
-                assert out3.inner_text().strip() == f"paint painted 128 {want_idx} 10.0 ok", out3.inner_text()
+                _drive(page, url, want, tmp_path)
             finally:
-                shot = tmp_path / "explorer.png"
                 with contextlib.suppress(Exception):
-                    page.evaluate(
-                        "() => document.querySelectorAll('.jp-OutputArea details').forEach(d => d.open = true)"
-                    )
-                    page.screenshot(path=str(shot), full_page=True)
-                    print(f"screenshot: {shot}")
-                    widget = page.locator(".jp-OutputArea-output").first
-                    widget.screenshot(path=str(tmp_path / "explorer-widget.png"))
-                    print(f"widget screenshot: {tmp_path / 'explorer-widget.png'}")
-                    if os.environ.get("NUMR_WEB_UPDATE_SCREENSHOT"):
-                        shutil.copy(tmp_path / "explorer-widget.png", REPO / "docs" / "explorer.png")
+                    _screenshot(page, tmp_path / "explorer-end.png")
             assert not errors, errors  # the page logged no error (the widget manager included)
     assert lab.returncode == 0, lab.log()
+
+
+def _drive(page, url, want, tmp_path):
+    run_explorer_cell(page, url)
+    rows = "() => document.querySelectorAll('[data-testid=\"group-stats\"] tbody tr').length === "
+    page.wait_for_function(rows + "8", timeout=60_000)
+    check_stats(read_group_stats(page), *want[4])
+    # the core story fits a laptop screen: statistics, who shares them, the group, the sample's images
+    tops = page.evaluate(
+        """() => { const top = document.querySelector('.nw-explorer').getBoundingClientRect().top;
+             return ['stats', 'cube', 'selected', 'images'].map(t =>
+               document.querySelector(`.nw-body [data-testid="${t}"]`).getBoundingClientRect().bottom - top); }"""
+    )
+    assert max(tops) <= 760, tops
+    _screenshots_for_readme(page, tmp_path)
+
+    # one selection: group (n = 1, g = 2) of the mean heatmap selects sample 1 everywhere, and the kernel knows
+    box = page.locator('[data-testid="heatmap-mean"]').bounding_box()
+    page.mouse.click(box["x"] + 2.5 * box["width"] / 4, box["y"] + 0.75 * box["height"])
+    page.wait_for_function(
+        "() => document.querySelector('[data-testid=\"images\"] h3').textContent.startsWith('Sample n = 1')"
+    )
+    assert page.locator('[data-testid="sample"]').input_value() == "1"
+    assert _run_cell(page, 1) == "kernel sees 4 [1, 2] 1"
+
+    # a G change redraws every view; the table opened before stays open
+    page.locator('[data-testid="stats-table"] > summary').click()
+    page.locator('[data-testid="gradients"] > summary').click()
+    page.locator('[data-testid="invariants-fold"] > summary').click()
+    before = page.evaluate(SIGNATURES)
+    version = page.evaluate(DRAWN)
+    page.select_option('[data-testid="num-groups"]', "2")
+    page.wait_for_function(rows + "4", timeout=60_000)
+    _wait_redraw(page, version)
+    check_stats(read_group_stats(page), *want[2])
+    after = page.evaluate(SIGNATURES)
+    assert [t for t in before if before[t] == after[t]] == [], "views not redrawn"
+    assert page.locator('[data-testid="stats-table"]').evaluate("d => d.open")
+
+    # an invalid Scale: marked, with its reason, and not reported as up to date
+    scale = page.locator('[data-testid="scale"]')
+    scale.fill("-1")
+    scale.press("Tab")
+    assert scale.get_attribute("aria-invalid") == "true"
+    assert page.locator('[data-testid="scale-error"]').inner_text().startswith("Scale must be greater than 0")
+    assert "Up to date" not in page.locator('[data-testid="status"]').inner_text()
+    scale.fill("1")
+    scale.press("Tab")
+    assert scale.get_attribute("aria-invalid") == "false"
+
+    # dy = ones with w = 1: dx is zero up to rounding, drawn and said as zero
+    version = page.evaluate(DRAWN)
+    page.select_option('[data-testid="grad-mode"]', "ones")
+    _wait_redraw(page, version)
+    assert page.locator('[data-testid="dx-zero"]').inner_text().startswith("dx = 0 up to float32 rounding")
+    assert page.locator('[data-testid="we-dx"]').text_content() == "0"
+
+    # front-end -> kernel, binary: paint dy (a DataView trait); the kernel gets the bytes and its dy is the painting
+    version = page.evaluate(DRAWN)
+    page.select_option('[data-testid="grad-mode"]', "painted")
+    _wait_redraw(page, version)
+    page.wait_for_selector('[data-testid="image-dy"].nw-paint')
+    dy_img = page.locator('[data-testid="image-dy"]')
+    dy_img.scroll_into_view_if_needed()
+    box = dy_img.bounding_box()
+    geo = json.loads(dy_img.get_attribute("data-geom"))
+
+    def cell(c, s):  # channel c's tile, position s of its 8 x 8
+        i, j = divmod(s, geo["cols"])
+        return (
+            box["x"] + geo["tx"][c] + (j + 0.5) * geo["tw"] / geo["cols"],
+            box["y"] + geo["ty"][c] + (i + 0.5) * geo["th"] / geo["rows"],
+        )
+
+    version = page.evaluate(DRAWN)
+    page.mouse.move(*cell(1, 0))
+    page.mouse.down()
+    page.mouse.move(*cell(1, 3), steps=4)
+    page.mouse.up()
+    _wait_redraw(page, version)
+    want_idx = [1 * 64 + s for s in range(4)]
+    assert _run_cell(page, 2) == f"paint painted 1024 {want_idx} 8.0 ok"  # dy of both samples

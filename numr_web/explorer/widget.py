@@ -166,6 +166,8 @@ class Explorer(anywidget.AnyWidget):
     results = traitlets.Bytes(b"").tag(sync=True)
     input_data = traitlets.Bytes(b"").tag(sync=True)
     results_meta = traitlets.Dict().tag(sync=True)
+    #: the input is generated from the distribution traits (False: x was given, and those traits do nothing)
+    generated = traitlets.Bool(True).tag(sync=True)
     # JS -> Python
     num_groups = traitlets.Int(32).tag(sync=True)
     eps = traitlets.Float(1e-5).tag(sync=True)
@@ -232,6 +234,7 @@ class Explorer(anywidget.AnyWidget):
             eps=eps,
             silu=bool(traits.pop("silu", False)) or activation is not None,
             shape=list(shape),
+            generated=x is None,
             device=_device_label(dev) if dev != "webgpu" or _can_block() else "webgpu",
             **traits,
         )

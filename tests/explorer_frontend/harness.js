@@ -1,7 +1,7 @@
 // A minimal anywidget-style model for tests/test_explorer_frontend.py: get/set/on/off/save_changes/send,
 // recording what the view set. `results` arrives as base64 and is handed to the view as a DataView (what
 // anywidget gives; at an odd byte offset, to exercise the unaligned path), an ArrayBuffer or a Uint8Array.
-import widget from "/numr_web/static/explorer.js";
+import widget, { views, Store } from "/numr_web/static/explorer.js";
 
 function bytesFrom(b64, kind) {
   const raw = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
@@ -68,4 +68,22 @@ window.pyUpdate = (patch, kind = "dataview") => {
   // (the other views are drawn in a task queued from the next animation frame: wait past it)
   return new Promise((resolve) => requestAnimationFrame(() => setTimeout(() => setTimeout(() => resolve(true), 0), 0)));
 };
+// one view module on its own (a unit test of that view): a Store over the model, the view's element, every change
+// emitted once; resolves after the views drawn a frame later are drawn too
+window.mountView = (name, state, kind = "dataview") => {
+  window.model = new Model(decodeState(state, kind));
+  const el = document.getElementById("app");
+  const root = document.createElement("div");
+  root.className = "nw-explorer";
+  const ac = new AbortController();
+  const store = new Store(window.model, ac.signal, root);
+  root.append(views[name](store, "unit"), store.tip.el);
+  el.replaceChildren(root);
+  store.decode();
+  store.emit(["results", "selection", "controls", "status", "lesson", "paint"]);
+  window.store = store;
+  window.cleanup = () => ac.abort();
+  return true;
+};
+window.viewNames = Object.keys(views);
 window.harnessReady = true;

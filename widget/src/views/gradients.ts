@@ -1,0 +1,41 @@
+// The gradients of the affine (dweight, dbias per channel) and ‖dx‖ per group, with dx = 0 said in words.
+import * as Plot from "@observablehq/plot";
+import { extent } from "../color";
+import { fmt, fold, h } from "../dom";
+import { zeroSentence } from "../numerics";
+import type { Store } from "../store";
+import { heatmap } from "./heatmap";
+import { hover, smallPlot } from "./plots";
+
+function bars(store: Store, name: string, label: string): HTMLElement {
+  const geo = store.geo;
+  const a = store.results.get(name);
+  if (a === undefined || geo === null) return h("p", {}, `${name}: not in the results`);
+  const data = Array.from(a.data, (y, c) => ({ c, y, odd: Math.floor(c / geo.cg) % 2 === 1 }));
+  const [lo, hi] = extent(a.data);
+  const desc = `${label} per channel, ${geo.c} bars (alternate shades mark the ${geo.g} groups), from ${fmt(lo)} to ${fmt(hi)}`;
+  const plot = smallPlot(300, 52, desc, "channel", label, [
+    Plot.rectY(data, { x1: "c", x2: (d: { c: number }) => d.c + 1, y: "y", fill: (d: { odd: boolean }) => (d.odd ? "var(--jp-brand-color2, #64b5f6)" : "var(--jp-brand-color1, #1976d2)"), inset: 0.2 }),
+  ]);
+  hover(store, plot, (x) => {
+    const c = Math.floor(x);
+    return c < 0 || c >= geo.c ? null : `${label}[${c}] = ${fmt(a.data[c])}\nchannel ${c}, group ${Math.floor(c / geo.cg)}`;
+  });
+  return h("figure", { class: "nw-figure", "data-testid": `bars-${name}` }, plot.el, h("figcaption", {}, desc));
+}
+
+export function gradientsView(store: Store): HTMLElement {
+  const norm = heatmap(store, "dx_norm", "‖dx‖ per group");
+  const zero = h("p", { class: "nw-zero", "data-testid": "dx-zero", role: "note" });
+  const row = h("div", { class: "nw-row" });
+  const { el } = fold("Gradients: dweight, dbias and ‖dx‖ per group", "gradients", zero, row);
+  function draw(): void {
+    norm.draw();
+    const z = zeroSentence(store);
+    zero.textContent = z ?? "";
+    zero.hidden = z === null;
+    row.replaceChildren(norm.el, bars(store, "dweight", "dweight"), bars(store, "dbias", "dbias"));
+  }
+  store.on(["results", "selection"], draw);
+  return el;
+}
