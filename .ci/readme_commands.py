@@ -52,7 +52,7 @@ SMOKE = {
         "assert e.status == 'ok', e.status; print('Explorer', e.device, e.status)"
     ),
     "site": "import numr_web.site as s; s._versions(); print('site tools', s.JUPYTERLITE_VERSION)",
-    "dev": "import numr_web, wgpu, numba, pytest, playwright, nbclient, jupyterlab; print('dev tools')",
+    "dev": "import numr_web, wgpu, numba, pytest, playwright, nbclient, jupyterlab, matplotlib; print('dev tools')",
 }
 
 

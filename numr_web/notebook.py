@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import re
 import sys
 
 from numr_web import __version__
@@ -95,6 +96,15 @@ async def _load_in_browser(names: list) -> list:
     return [str(e) for e in errors]
 
 
+def _pyodide_said(messages: list) -> str:
+    """Pyodide's failure messages in a few words: its "error while loading X:" headers and their reasons
+    come as separate messages; the reasons, once each ("Failed to fetch"), or the first message."""
+    text = " ".join(" ".join(m.split()) for m in messages)
+    reasons = re.findall(r"while loading \S+?: (.+?)(?= The following error|$)", text)
+    said = "; ".join(dict.fromkeys(r.strip() for r in reasons)) if reasons else text
+    return said if len(said) <= 160 else said[:157].rsplit(" ", 1)[0] + " ..."
+
+
 async def _require(names, *, webgpu: bool) -> dict:
     versions, missing, messages = {}, [], []
     wanted = [n for n in names if _import_name(n) not in sys.modules]
@@ -111,8 +121,8 @@ async def _require(names, *, webgpu: bool) -> dict:
     if missing:
         what = " and ".join(_title(n) for n in missing)
         if _in_browser():
-            said = " ".join(" ".join(m.split()) for m in messages)
-            said = f" (Pyodide: {said[:200]})" if said else ""
+            said = _pyodide_said(messages)
+            said = f" (Pyodide: {said})" if said else ""
             raise MissingPackage(
                 f"{what} could not be loaded: this notebook needs {what}, which the playground loads from "
                 f"Pyodide's CDN (cdn.jsdelivr.net), and that failed{said}; check the connection and run this "

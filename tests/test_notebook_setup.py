@@ -105,3 +105,18 @@ def test_without_numpy_the_cpu_backend_is_reported_unavailable_never_raised():
     assert out["setup"] == [
         "MissingPackage: this notebook needs NumPy, which is not installed here: python3 -m pip install numpy"
     ]
+
+
+def test_pyodides_failure_messages_are_said_in_a_few_words():
+    """In the browser, loadPackage reports each failed package as a header message and a reason; the one line
+    a visitor reads keeps each reason once (tests/test_site.py sees the real messages, offline)."""
+    from numr_web.notebook import _pyodide_said
+
+    header = "The following error occurred while loading {}:"
+    messages = [header.format("numpy"), "Failed to fetch", header.format("contourpy"), "Failed to fetch"]
+    assert _pyodide_said(messages) == "Failed to fetch"
+    messages += [header.format("pillow"), "HTTP 500"]
+    assert _pyodide_said(messages) == "Failed to fetch; HTTP 500"
+    assert _pyodide_said(["  an   unexpected\nmessage "]) == "an unexpected message"
+    long = _pyodide_said(["word " * 100])
+    assert len(long) <= 160 and long.endswith(" ...")
