@@ -344,6 +344,15 @@ def _code_cells(path):
     return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
 
 
+def _setup_packages(path) -> list:
+    """The packages a notebook's setup cell asks for (``setup("numpy", "matplotlib")``): Pyodide's CDN serves them."""
+    import re
+
+    first = _code_cells(path)[0]
+    call = re.search(r"setup\(([^)]*)\)", first)
+    return re.findall(r"[\"']([\w.-]+)[\"']", call.group(1)) if call else []
+
+
 def _needs_numpy(path) -> bool:
     return any('setup("numpy"' in src or "import numpy" in src for src in _code_cells(path))
 
@@ -430,6 +439,8 @@ def test_every_notebook_runs_in_lab_with_run_all(browser, built, name):
         # offline NumPy cannot load: the page asked the CDN for the wheel the lock names, and the setup cell
         # says so in one line; the cells after it did not run
         assert _numpy_wheel(built) in asked, asked
+        for package in _setup_packages(ROOT / "notebooks" / name):  # matplotlib too, where asked for
+            assert _numpy_wheel(built, package) in asked, (package, asked)
         print(f"\n{name}: {_one_line_naming_numpy(outputs)}")
         assert prompts[0].startswith("[1]") and all(p == "[ ]:" for p in prompts[1:]), prompts
     else:
