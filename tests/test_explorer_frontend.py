@@ -171,14 +171,21 @@ def page(browser, server):
     assert not errors, f"errors in the page: {errors}"
 
 
-def mount(page, state, kind="dataview"):
+#: opens every closed section (their views draw when opened: a closed section costs nothing on a recompute)
+OPEN_FOLDS = """() => new Promise((r) => { document.querySelectorAll('details').forEach((d) => (d.open = true));
+  requestAnimationFrame(() => setTimeout(() => setTimeout(r, 0), 0)); })"""
+
+
+def mount(page, state, kind="dataview", open_folds=True):
     page.evaluate("([s, k]) => window.mount(s, k)", [state, kind])
+    if open_folds:
+        page.evaluate(OPEN_FOLDS)
 
 
 def mount_view(page, name, state):
-    """One view module on its own, fed known results (a unit test of that module)."""
+    """One view module on its own, fed known results (a unit test of that module), its sections open."""
     page.evaluate("([n, s]) => window.mountView(n, s)", [name, state])
-    page.evaluate("() => new Promise((r) => requestAnimationFrame(() => setTimeout(() => setTimeout(r, 0), 0)))")
+    page.evaluate(OPEN_FOLDS)
 
 
 def table_rows(page, testid):
@@ -605,7 +612,7 @@ def test_selecting_a_group_selects_its_sample_everywhere(page):
 
 
 def test_open_sections_and_the_table_stay_open_across_a_recompute(page):
-    mount(page, state_for(compute()))
+    mount(page, state_for(compute()), open_folds=False)
     for testid in ("stats-table", "gradients", "invariants-fold"):
         page.locator(f'[data-testid="{testid}"] > summary').click()
     page.locator('[data-testid="stats-table"] .nw-scroll').evaluate("e => e.scrollTop = 0")
@@ -686,7 +693,7 @@ def test_dx_zero_up_to_rounding_is_drawn_and_said_as_zero(page):
 
 def test_every_chart_shows_values_on_hover(page):
     arrays = compute(affine=True)
-    mount(page, state_for(arrays))
+    mount(page, state_for(arrays), open_folds=False)
     page.locator('[data-testid="gradients"] > summary').click()
     page.locator('[data-testid="hist-fold"] > summary').click()
     for name in ("dweight", "dbias"):
@@ -843,3 +850,20 @@ def test_unit_controls_view(page):
     assert values == ["1", "2", "3", "4", "6", "12"]
     page.locator('[data-testid="pattern"]').select_option("stripes")
     assert sets(page)[-1] == ["pattern", "stripes"]
+
+
+def test_each_view_marks_the_results_it_shows_and_closed_sections_wait_until_opened(page):
+    mount(page, state_for(compute()), open_folds=False)
+    assert page.locator('[data-testid="hist-x"]').count() == 0  # closed: not drawn
+    new = compute(seed=9)
+    b64, meta = pack(new, version=2)
+    page.evaluate("(p) => window.pyUpdate(p)", {"results_b64": b64, "results_meta": meta})
+    drawn = page.evaluate(
+        """() => Object.fromEntries([...document.querySelectorAll('.nw-body [data-drawn]')]
+             .map((e) => [e.dataset.testid || e.className, e.dataset.drawn]))"""
+    )
+    for view in ("stats", "cube", "selected", "images", "gradients", "invariants-fold"):
+        assert drawn.get(view) == "2", (view, drawn)
+    page.locator('[data-testid="hist-fold"] > summary').click()
+    counts = page.locator('[data-testid="hist-x"]').get_attribute("data-counts").split()
+    assert sum(map(int, counts)) == new["x"][0, :2].size  # the new results' group (0, 0), drawn on opening

@@ -40,6 +40,26 @@ export function fold(title: string, testid: string, ...kids: Node[]): { el: HTML
   return { el, title: t };
 }
 
+/** `draw` for the contents of a closed section runs when the section opens, not before (a closed section costs
+ *  nothing on a recompute); returns the function to call instead of `draw`. */
+export function whenOpen(details: HTMLDetailsElement, signal: AbortSignal, draw: () => void): () => void {
+  let stale = false;
+  details.addEventListener(
+    "toggle",
+    () => {
+      if (details.open && stale) {
+        stale = false;
+        draw();
+      }
+    },
+    { signal },
+  );
+  return () => {
+    if (details.open) draw();
+    else stale = true;
+  };
+}
+
 /** One tooltip per Explorer, placed next to the pointer inside the Explorer's root. */
 export class Tooltip {
   readonly el = h("div", { class: "nw-tooltip", role: "tooltip", hidden: "" });

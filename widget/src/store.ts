@@ -52,6 +52,7 @@ interface Sub {
   deps: Set<Dep>;
   draw: () => void;
   eager: boolean;
+  el?: HTMLElement;
 }
 
 export class Store {
@@ -153,9 +154,19 @@ export class Store {
   }
 
   /** `draw` runs whenever one of `deps` changed; `eager` views draw at once on new results, the others after the
-   *  next frame is painted (so the statistics show the new numbers a frame sooner). */
-  on(deps: Dep[], draw: () => void, eager = false): void {
-    this.subs.push({ deps: new Set(deps), draw, eager });
+   *  next frame is painted (so the statistics show the new numbers a frame sooner). A view's `el` carries
+   *  `data-drawn` = the results version it shows once it drew them. */
+  on(deps: Dep[], draw: () => void, eager = false, el?: HTMLElement): void {
+    this.subs.push({ deps: new Set(deps), draw, eager, ...(el ? { el } : {}) });
+  }
+
+  private run(s: Sub): void {
+    const t0 = performance.now();
+    s.draw();
+    if (s.el && s.deps.has("results")) {
+      s.el.dataset.drawn = String(this.meta?.version ?? "");
+      s.el.dataset.drawMs = (performance.now() - t0).toFixed(1); // what the draw cost (scripts/explorer-latency)
+    }
   }
 
   emit(changed: Dep[], progressive = false): void {
@@ -163,14 +174,14 @@ export class Store {
     cancelAnimationFrame(this.later);
     const hit = (s: Sub): boolean => changed.some((d) => s.deps.has(d));
     const now = this.subs.filter((s) => hit(s) && (!progressive || s.eager));
-    for (const s of now) s.draw();
+    for (const s of now) this.run(s);
     const rest = progressive ? this.subs.filter((s) => hit(s) && !s.eager) : [];
     if (rest.length === 0) return this.onDrawn();
     // a rAF callback runs before its frame's paint: the rest goes to a task queued from it
     this.later = requestAnimationFrame(() => {
       this.laterTask = setTimeout(() => {
         if (this.signal.aborted) return;
-        for (const s of rest) s.draw();
+        for (const s of rest) this.run(s);
         this.onDrawn();
       }, 0);
     });

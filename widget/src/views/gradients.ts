@@ -1,7 +1,7 @@
 // The gradients of the affine (dweight, dbias per channel) and ‖dx‖ per group, with dx = 0 said in words.
 import * as Plot from "@observablehq/plot";
 import { extent } from "../color";
-import { fmt, fold, h } from "../dom";
+import { fmt, fold, h, whenOpen } from "../dom";
 import { zeroSentence } from "../numerics";
 import type { Store } from "../store";
 import { heatmap } from "./heatmap";
@@ -36,6 +36,6 @@ export function gradientsView(store: Store): HTMLElement {
     zero.hidden = z === null;
     row.replaceChildren(norm.el, bars(store, "dweight", "dweight"), bars(store, "dbias", "dbias"));
   }
-  store.on(["results", "selection"], draw);
+  store.on(["results", "selection"], whenOpen(el, store.signal, draw), false, el);
   return el;
 }

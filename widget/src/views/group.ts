@@ -2,7 +2,7 @@
 // computed here (float64) from the group's values beside the kernel's number; and the group's histograms.
 import * as Plot from "@observablehq/plot";
 import { extent } from "../color";
-import { at, fmt, fold, h, section } from "../dom";
+import { at, fmt, fold, h, section, whenOpen } from "../dom";
 import { dxZero, upstream } from "../numerics";
 import { groupValues, type Store } from "../store";
 import { hover, smallPlot } from "./plots";
@@ -112,6 +112,12 @@ export function groupView(store: Store): HTMLElement {
   const hists = h("div", { class: "nw-row" });
   const histFold = fold("Histograms of the group's x and y", "hist-fold", hists);
   const { el, title } = section("Selected group", "selected", box, histFold.el);
+  const drawHists = whenOpen(histFold.el, store.signal, () => {
+    const geo = store.geo;
+    if (geo === null) return;
+    const [n, g] = store.sel();
+    hists.replaceChildren(histogram(store, groupValues(geo, store.results.get("x"), n, g), "x", "hist-x"), histogram(store, groupValues(geo, store.results.get("y"), n, g), "y", "hist-y"));
+  });
 
   function draw(): void {
     const geo = store.geo;
@@ -127,7 +133,7 @@ export function groupView(store: Store): HTMLElement {
     const r = store.results;
     const xs = groupValues(geo, r.get("x"), n, g), ys = groupValues(geo, r.get("y"), n, g);
     const dys = groupValues(geo, r.get("dy"), n, g), dxs = groupValues(geo, r.get("dx"), n, g);
-    hists.replaceChildren(histogram(store, xs, "x", "hist-x"), histogram(store, ys, "y", "hist-y"));
+    drawHists();
     if (xs === null) {
       fwd.replaceChildren(h("p", { class: "nw-note", "data-testid": "we-element" }, `Sample ${n}'s values were not sent; select a group of the first ${geo.sent} samples.`));
       return bwd.replaceChildren();
@@ -138,6 +144,6 @@ export function groupView(store: Store): HTMLElement {
     if (dys === null || dxs === null) return bwd.replaceChildren();
     bwd.replaceChildren(...lines(backward(store, xs, dys, dxs, f.k, f.xhat)));
   }
-  store.on(["results", "selection"], draw);
+  store.on(["results", "selection"], draw, false, el);
   return el;
 }

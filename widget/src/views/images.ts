@@ -150,7 +150,7 @@ export function imagesView(store: Store): HTMLElement {
       p.canvas.dataset.draws = String(Number(p.canvas.dataset.draws ?? "0") + 1);
     }
   }
-  store.on(["results", "selection", "paint"], draw);
+  store.on(["results", "selection", "paint"], draw, false, el);
   store.on(["controls"], () => paint.sync());
   return el;
 }

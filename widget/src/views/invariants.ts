@@ -1,6 +1,6 @@
 // The backward's invariants per group, where dx = rstd·(g − mean(g) − x̂·mean(g·x̂)), g = dL/dx̂:
 // Σdx = 0 exactly, and Σdx·x̂ = eps·rstd³·Σg·x̂ (zero only at eps = 0), each against rstd·‖g‖·√M.
-import { at, fmtE, fold, h } from "../dom";
+import { at, fmtE, fold, h, whenOpen } from "../dom";
 import { upstream } from "../numerics";
 import { groupValues, type Store } from "../store";
 
@@ -72,6 +72,6 @@ export function invariantsView(store: Store): HTMLElement {
     caption.textContent = `Over ${w.checked} groups of the ${Math.min(geo.n, geo.sent)} samples sent (${dt}; tolerance relative to rstd·‖g‖·√M, M = ${geo.cg * geo.s})`;
     tbody.replaceChildren(row("inv-dx-sum", "Σ dx = 0 in every group", w.sum, w.whereSum), row("inv-dx-dot-xhat", "Σ dx·x̂ = eps·rstd³·Σ g·x̂ (dx ⟂ x̂ when eps = 0)", w.dot, w.whereDot));
   }
-  store.on(["results"], draw);
+  store.on(["results"], whenOpen(el, store.signal, draw), false, el);
   return el;
 }
