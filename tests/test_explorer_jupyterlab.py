@@ -37,16 +37,20 @@ CHROMIUM_ARGS = [
 ]
 
 
-def missing_requirements() -> list[str]:
-    """What this machine lacks for the end-to-end test (empty when it can run)."""
+#: what the JupyterLab test imports: (module, what to install)
+LAB_MODULES = (
+    ("jupyterlab", "jupyterlab"),
+    ("ipykernel", "ipykernel"),
+    ("anywidget", "anywidget"),
+    ("nbformat", "nbformat"),
+    ("playwright.sync_api", "the playwright Python package"),
+)
+
+
+def missing_requirements(modules=LAB_MODULES) -> list[str]:
+    """What this machine lacks for an end-to-end test importing ``modules`` (empty when it can run)."""
     missing = []
-    for module, what in (
-        ("jupyterlab", "jupyterlab"),
-        ("ipykernel", "ipykernel"),
-        ("anywidget", "anywidget"),
-        ("nbformat", "nbformat"),
-        ("playwright.sync_api", "the playwright Python package"),
-    ):
+    for module, what in modules:
         try:
             __import__(module)
         except ImportError:
@@ -58,14 +62,19 @@ def missing_requirements() -> list[str]:
     return missing
 
 
-def require_lab():
-    missing = missing_requirements()
+def require(what: str, modules=LAB_MODULES):
+    """Skips the test (fails it under CI=true) with what is missing for it."""
+    missing = missing_requirements(modules)
     if not missing:
         return
-    why = "the JupyterLab end-to-end test needs " + "; ".join(missing)
+    why = f"the {what} needs " + "; ".join(missing)
     if IN_CI:
         pytest.fail(why + " (required under CI=true)")
     pytest.skip(why)
+
+
+def require_lab():
+    require("JupyterLab end-to-end test")
 
 
 def free_port() -> int:

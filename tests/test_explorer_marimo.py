@@ -19,30 +19,14 @@ import time
 import urllib.error
 import urllib.request
 
-import pytest
-from test_explorer_jupyterlab import CHROMIUM, CHROMIUM_ARGS, REPO, check_stats, free_port
+from test_explorer_jupyterlab import CHROMIUM, CHROMIUM_ARGS, REPO, check_stats, free_port, require
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
 APP = REPO / "tests" / "apps" / "explorer_marimo.py"
 ROWS = '[data-testid="group-stats"] tbody tr'
 
 
 def require_marimo():
-    missing = []
-    for module, what in (("marimo", "marimo"), ("anywidget", "anywidget"), ("playwright.sync_api", "playwright")):
-        try:
-            __import__(module)
-        except ImportError:
-            missing.append(f"{what} (pip install -e '.[dev]')")
-    if not os.access(CHROMIUM, os.X_OK):
-        missing.append(f"{CHROMIUM} (apt-get install chromium)")
-    if not (REPO / "numr_web" / "static" / "explorer.js").exists():
-        missing.append("numr_web/static/explorer.js (npm run --prefix widget build)")
-    if missing:
-        why = "the marimo test needs " + "; ".join(missing)
-        if IN_CI:
-            pytest.fail(why + " (required under CI=true)")
-        pytest.skip(why)
+    require("marimo test", (("marimo", "marimo"), ("anywidget", "anywidget"), ("playwright.sync_api", "playwright")))
 
 
 @contextlib.contextmanager
