@@ -66,7 +66,24 @@ function presetButtons(store: Store): HTMLElement {
   return box;
 }
 
-export function controlsView(store: Store, id: string): HTMLElement {
+interface Els {
+  form: HTMLFormElement;
+  numGroups: HTMLSelectElement;
+  epsLog: HTMLInputElement;
+  epsValue: HTMLOutputElement;
+  epsZero: HTMLInputElement;
+  silu: HTMLInputElement;
+  pattern: HTMLSelectElement;
+  outlier: HTMLSelectElement;
+  dtype: HTMLSelectElement;
+  layout: HTMLSelectElement;
+  gradMode: HTMLSelectElement;
+  sample: HTMLSelectElement;
+  numbers: Map<string, HTMLInputElement>;
+  fields: Field[];
+}
+
+function build(store: Store, id: string): Els {
   const signal = store.signal;
   const on = (e: EventTarget, type: string, f: () => void): void => e.addEventListener(type, f, { signal });
   const fields: Field[] = [];
@@ -128,41 +145,49 @@ export function controlsView(store: Store, id: string): HTMLElement {
     h("fieldset", {}, h("legend", {}, "Gradient"), add(field(id, "Upstream gradient dy", gradMode, "grad_mode")), add(field(id, "Sample shown", sample, "sample"))),
   );
   form.addEventListener("submit", (e) => e.preventDefault(), { signal });
+  return { form, numGroups, epsLog, epsValue, epsZero, silu, pattern, outlier, dtype, layout, gradMode, sample, numbers, fields };
+}
 
-  function sync(): void {
-    const shape = store.get("shape") ?? [];
-    const c = shape[1] ?? 0;
-    setOptions(numGroups, divisors(c).map((d) => [String(d), `${d}  (${c / d} ch/group)`]), String(store.get("num_groups")));
-    const eps = Number(store.get("eps"));
-    epsZero.checked = eps === 0;
-    if (eps > 0) epsLog.value = String(Math.log10(eps));
-    epsLog.disabled = eps === 0;
-    epsValue.textContent = fmtEps(eps);
-    for (const [trait, input] of numbers)
-      if (!store.invalid.has(trait) && (document.activeElement !== input || input.value === "")) input.value = String(store.get(trait));
-    setOptions(outlier, [["-1", "none"], ...Array.from({ length: c }, (_, i): [string, string] => [String(i), `channel ${i}`])], String(store.get("outlier_channel")));
-    pattern.value = String(store.get("pattern") ?? "blobs");
-    dtype.value = String(store.get("dtype"));
-    layout.value = String(store.get("memory_layout"));
-    silu.checked = Boolean(store.get("silu"));
-    gradMode.value = String(store.get("grad_mode"));
-    const n = Number(store.get("batch") ?? shape[0] ?? 1);
-    setOptions(sample, Array.from({ length: Math.max(1, n) }, (_, i): [string, string] => [String(i), `n = ${i}`]), String(store.sel()[0]));
-    const generated = store.get("generated") !== false;
-    for (const f of fields) if (["pattern", "offset", "scale", "channel_spread", "outlier_channel", "seed"].includes(f.trait)) (f.input as HTMLInputElement).disabled = !generated;
-    for (const b of form.querySelectorAll<HTMLButtonElement>('[data-generated="true"]')) b.disabled = !generated;
+function sync(store: Store, e: Els): void {
+  const { numGroups, epsLog, epsValue, epsZero, silu, pattern, outlier, dtype, layout, gradMode, sample, numbers, fields, form } = e;
+  const shape = store.get("shape") ?? [];
+  const c = shape[1] ?? 0;
+  setOptions(numGroups, divisors(c).map((d) => [String(d), `${d}  (${c / d} ch/group)`]), String(store.get("num_groups")));
+  const eps = Number(store.get("eps"));
+  epsZero.checked = eps === 0;
+  if (eps > 0) epsLog.value = String(Math.log10(eps));
+  epsLog.disabled = eps === 0;
+  epsValue.textContent = fmtEps(eps);
+  for (const [trait, input] of numbers)
+    if (!store.invalid.has(trait) && (document.activeElement !== input || input.value === "")) input.value = String(store.get(trait));
+  setOptions(outlier, [["-1", "none"], ...Array.from({ length: c }, (_, i): [string, string] => [String(i), `channel ${i}`])], String(store.get("outlier_channel")));
+  pattern.value = String(store.get("pattern") ?? "blobs");
+  dtype.value = String(store.get("dtype"));
+  layout.value = String(store.get("memory_layout"));
+  silu.checked = Boolean(store.get("silu"));
+  gradMode.value = String(store.get("grad_mode"));
+  const n = Number(store.get("batch") ?? shape[0] ?? 1);
+  setOptions(sample, Array.from({ length: Math.max(1, n) }, (_, i): [string, string] => [String(i), `n = ${i}`]), String(store.sel()[0]));
+  const generated = store.get("generated") !== false;
+  for (const f of fields) if (["pattern", "offset", "scale", "channel_spread", "outlier_channel", "seed"].includes(f.trait)) (f.input as HTMLInputElement).disabled = !generated;
+  for (const b of form.querySelectorAll<HTMLButtonElement>('[data-generated="true"]')) b.disabled = !generated;
+}
+
+function marks(store: Store, e: Els): void {
+  const { fields } = e;
+  const status = String(store.get("status") ?? "");
+  const kernel = /^error:\s*(\w+):\s*(.*)$/.exec(status);
+  for (const f of fields) {
+    const why = store.invalid.get(f.trait) ?? (kernel && kernel[1] === f.trait ? `${kernel[2]} (refused by the kernel)` : null);
+    f.input.setAttribute("aria-invalid", String(why !== null));
+    f.error.textContent = why ?? "";
+    f.error.hidden = why === null;
   }
-  function marks(): void {
-    const status = String(store.get("status") ?? "");
-    const kernel = /^error:\s*(\w+):\s*(.*)$/.exec(status);
-    for (const f of fields) {
-      const why = store.invalid.get(f.trait) ?? (kernel && kernel[1] === f.trait ? `${kernel[2]} (refused by the kernel)` : null);
-      f.input.setAttribute("aria-invalid", String(why !== null));
-      f.error.textContent = why ?? "";
-      f.error.hidden = why === null;
-    }
-  }
-  store.on(["controls", "selection", "results"], sync);
-  store.on(["status", "controls"], marks);
-  return form;
+}
+
+export function controlsView(store: Store, id: string): HTMLElement {
+  const e = build(store, id);
+  store.on(["controls", "selection", "results"], () => sync(store, e));
+  store.on(["status", "controls"], () => marks(store, e));
+  return e.form;
 }

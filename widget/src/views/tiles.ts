@@ -89,8 +89,10 @@ export function drawMarks(ctx: CanvasRenderingContext2D, t: Tiles, cg: number, g
   const [c, s] = el;
   const pw = t.tw / t.cols, ph = t.th / t.rows;
   const ex = (t.tx[c] ?? 0) + (s % t.cols) * pw, ey = (t.ty[c] ?? 0) + Math.floor(s / t.cols) * ph;
-  const size = Math.max(4, pw, ph);
-  ctx.strokeStyle = "#fff";
-  ctx.lineWidth = 1.5;
-  ctx.strokeRect(ex + pw / 2 - size / 2, ey + ph / 2 - size / 2, size, size);
+  const size = Math.max(5, pw + 2, ph + 2);
+  for (const [style, w] of [["#000", 2.5], ["#fff", 1]] as const) {
+    ctx.strokeStyle = style;
+    ctx.lineWidth = w;
+    ctx.strokeRect(ex + pw / 2 - size / 2, ey + ph / 2 - size / 2, size, size);
+  }
 }
