@@ -867,3 +867,20 @@ def test_each_view_marks_the_results_it_shows_and_closed_sections_wait_until_ope
     page.locator('[data-testid="hist-fold"] > summary').click()
     counts = page.locator('[data-testid="hist-x"]').get_attribute("data-counts").split()
     assert sum(map(int, counts)) == new["x"][0, :2].size  # the new results' group (0, 0), drawn on opening
+
+
+def test_a_change_event_between_new_results_and_their_redraw_drops_no_view(page):
+    """ipywidgets echoes a control's value back from the kernel: that event (or a hover) may come after new results
+    and before the views a frame later are drawn; those views must still show the new results."""
+    mount(page, state_for(compute()))
+    new = compute(seed=3)
+    b64, meta = pack(new, version=2)
+    page.evaluate(
+        """async (p) => { const done = window.pyUpdate(p);
+             setTimeout(() => window.model.emit('change:num_groups'), 0); await done; }""",
+        {"results_b64": b64, "results_meta": meta},
+    )
+    page.evaluate("() => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 20)))")
+    assert page.evaluate("document.querySelector('.nw-body').dataset.drawn") == "2"
+    assert page.locator('[data-testid="images"]').get_attribute("data-drawn") == "2"
+    np.testing.assert_allclose(float(text(page, "we-mean")), new["mean"][0, 0], rtol=1e-6)

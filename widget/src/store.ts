@@ -71,6 +71,7 @@ export class Store {
   private memo = new Map<string, unknown>();
   private lastInput: { buffer: unknown; arrays: Map<string, { offset: number; arr: NdArray }> } = { buffer: null, arrays: new Map() };
   private later = 0;
+  private readonly pending = new Set<Sub>();
   private laterTask: ReturnType<typeof setTimeout> | undefined;
   /** called after every view shows the current results */
   onDrawn: () => void = () => undefined;
@@ -169,18 +170,29 @@ export class Store {
     }
   }
 
+  /** Draws the views that depend on what `changed`. With `progressive` (new results on a drawn Explorer) the eager
+   *  views draw now and the others after the next frame is painted; a later emit never drops them (an echo of a
+   *  control's value from the kernel, a hover, may come in between). */
   emit(changed: Dep[], progressive = false): void {
-    clearTimeout(this.laterTask);
-    cancelAnimationFrame(this.later);
     const hit = (s: Sub): boolean => changed.some((d) => s.deps.has(d));
-    const now = this.subs.filter((s) => hit(s) && (!progressive || s.eager));
-    for (const s of now) this.run(s);
-    const rest = progressive ? this.subs.filter((s) => hit(s) && !s.eager) : [];
-    if (rest.length === 0) return this.onDrawn();
+    for (const s of this.subs) {
+      if (!hit(s)) continue;
+      if (progressive && !s.eager) {
+        this.pending.add(s);
+        continue;
+      }
+      this.pending.delete(s);
+      this.run(s);
+    }
+    if (this.pending.size === 0) return this.onDrawn();
+    if (this.later !== 0) return;
     // a rAF callback runs before its frame's paint: the rest goes to a task queued from it
     this.later = requestAnimationFrame(() => {
       this.laterTask = setTimeout(() => {
+        this.later = 0;
         if (this.signal.aborted) return;
+        const rest = [...this.pending];
+        this.pending.clear();
         for (const s of rest) this.run(s);
         this.onDrawn();
       }, 0);
