@@ -148,42 +148,21 @@ def _check_bench(parser, args):
             parser.error(f"argument {flag}: {module} is not installed here (pip install {module}), or leave {flag} out")
 
 
-#: (N, C, H, W, G) calls that reach every fused CPU kernel family: many groups (one work
-#: item per group), few groups (spatial pieces), and groups past the piece limit
-WARMUP_SHAPES = [(2, 64, 4, 4, 32), (1, 4, 4, 4, 1), (1, 8, 512, 256, 2)]
-
-
 def _cmd_warmup(args) -> int:
     """Compile the fused CPU kernels into Numba's on-disk cache (a later process loads them)."""
     import time
 
-    import numpy as np
-
-    import numr_web
     from numr_web.backends import get_backend
-    from numr_web.dtypes import BFLOAT16
-    from numr_web.memory_layout import as_channels_last
+    from numr_web.backends.cpu import fused
 
     cpu = get_backend("cpu")
     cpu.path = "fused"
     cpu.active_path()  # BackendUnavailable (reported, exit 2) without Numba
-    dtypes = args.dtype or ["float32"]
     layouts = ["nchw", "nhwc"] if args.layout == "both" else [args.layout]
     total = time.perf_counter()
-    for name in dtypes:
-        dt = BFLOAT16 if name == "bfloat16" else np.dtype(name)
+    for name in args.dtype or ["float32"]:
         for layout in layouts:
-            start = time.perf_counter()
-            for *dims, groups in WARMUP_SHAPES:
-                x = np.linspace(-1, 1, int(np.prod(dims))).reshape(dims).astype(dt)
-                if layout == "nhwc":
-                    x = as_channels_last(x)
-                ones = np.ones(dims[1], np.float32)
-                # with and without affine parameters, with and without SiLU
-                for w, act in ((ones, None), (ones, "silu"), (None, None), (None, "silu")):
-                    _, mean, rstd = numr_web.ops.group_norm_forward(x, w, w, groups, activation=act)
-                    numr_web.ops.group_norm_backward(x, x, mean, rstd, w, groups, bias=w, activation=act)
-            print(f"{name:9s} {layout}: {time.perf_counter() - start:6.1f} s")
+            print(f"{name:9s} {layout}: {fused.warm_family(layout, name):6.1f} s")
     print(f"fused CPU kernels compiled and cached in {time.perf_counter() - total:.1f} s")
     return 0
 

@@ -24,14 +24,17 @@ class CpuBackend(Backend):
 
     ``path`` chooses the kernels: ``"numpy"`` (portable; what Pyodide runs),
     ``"fused"`` (Numba; ``BackendUnavailable`` on a call when Numba does not
-    import) or ``"auto"`` (fused when Numba imports, else NumPy).  It is an
+    import; a call waits for its kernels to compile) or ``"auto"`` (the fused
+    kernels of a layout and dtype once they are ready, and the NumPy path while
+    a background thread compiles or loads them: no call waits for a compiler;
+    without Numba, NumPy).  ``last_path`` says which served the last call.  It is an
     ordinary attribute, validated on assignment::
 
         be = numr_web.backends.get_backend("cpu")
         be.path = "numpy"              # every later call runs the NumPy path
         with be.using_path("fused"):   # or for a block only; the previous path comes back after
             ...
-        be.active_path()               # "fused" or "numpy": what a call takes now
+        be.active_path()               # "fused" or "numpy": what auto resolves to once the kernels are ready
 
     The registered backend (``get_backend("cpu")``) starts from
     ``NUMR_WEB_CPU_PATH`` (default ``"auto"``); a bad value there is reported
@@ -44,6 +47,8 @@ class CpuBackend(Backend):
 
     def __init__(self, path: str = "auto"):
         self.path = path
+        #: the path the last call took ("fused" or "numpy"; None before the first)
+        self.last_path = None
 
     @classmethod
     def from_environment(cls, environ=None) -> CpuBackend:
@@ -51,6 +56,7 @@ class CpuBackend(Backend):
         environ = os.environ if environ is None else environ
         backend = cls()
         backend._path = environ.get(PATH_ENV, "auto").strip().lower() or "auto"
+        backend.last_path = None
         backend._path_origin = PATH_ENV
         return backend
 
@@ -97,8 +103,16 @@ class CpuBackend(Backend):
             raise BackendUnavailable(f"the fused CPU path was requested but is not usable: {why}")
         return "fused" if ok else "numpy"
 
-    def _kernels(self):
-        return fused if self.active_path() == "fused" else numpy_path
+    def _kernels(self, layout, dtype):
+        """The kernels for a call on ``layout`` and ``dtype``: see ``path``."""
+        if self._path == "auto" and not fused.family_ready(layout, dtype):
+            if fused.importable():
+                fused.warm_in_background(layout, dtype)  # once per family; the NumPy path serves meanwhile
+            kernels = numpy_path
+        else:
+            kernels = fused if self.active_path() == "fused" else numpy_path
+        self.last_path = "fused" if kernels is fused else "numpy"
+        return kernels
 
     # -- discovery -------------------------------------------------------------
     def available(self):
@@ -114,6 +128,12 @@ class CpuBackend(Backend):
             d["cpu path"] = self.active_path()
         except (BackendUnavailable, ValueError) as exc:
             d["cpu path"] = f"error: {exc}"
+        if self._path == "auto" and ok:
+            d["auto"] = "a layout and dtype run on NumPy until their fused kernels are compiled, in the background"
+        if self.last_path is not None:
+            d["last call"] = f"{self.last_path} path"
+        if fused.families():
+            d["fused kernels"] = fused.families()
         if ok:
             d["numba threading layer"] = fused.threading_layer()
             d["numba threads"] = fused.num_threads()
@@ -138,9 +158,9 @@ class CpuBackend(Backend):
 
     # -- kernels (x, and dy, dense in ``layout``: the op layer settles it) ----------
     def group_norm_forward(self, x, weight, bias, num_groups, eps, activation=None, *, layout):
-        return self._kernels().group_norm_forward(x, weight, bias, num_groups, eps, activation, layout=layout)
+        kernels = self._kernels(layout, x.dtype)
+        return kernels.group_norm_forward(x, weight, bias, num_groups, eps, activation, layout=layout)
 
     def group_norm_backward(self, dy, x, mean, rstd, weight, bias, num_groups, activation=None, *, layout):
-        return self._kernels().group_norm_backward(
-            dy, x, mean, rstd, weight, bias, num_groups, activation, layout=layout
-        )
+        kernels = self._kernels(layout, x.dtype)
+        return kernels.group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation, layout=layout)

@@ -26,11 +26,21 @@ Importing this module never imports Numba; the kernels (``kernels_nchw``,
 ``kernels_nhwc``, with ``kernels_common`` and ``kernels_dtype``) are imported on
 first use, compile then and are cached on disk (Numba's ``cache=True``;
 ``NUMBA_CACHE_DIR`` moves it).
+
+Compiling a layout and dtype's kernels takes 15 to 40 s on a small machine; loading them from the
+cache about a second.  So the backend's ``auto`` path does not wait for either: ``warm_in_background``
+compiles (or loads) a family -- every kernel a (layout, dtype) can reach, as ``warm_family`` calls
+them -- in a thread while the NumPy path serves, and ``family_ready`` says when the fused kernels
+take over (issue 26).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
+import threading
+import time
 import types
 
 import numpy as np
@@ -38,7 +48,8 @@ import numpy as np
 from numr_web.backends.cpu import numpy_path
 from numr_web.backends.cpu import threads as cpu_threads
 from numr_web.backends.cpu.shared import SUPERROW, channels_last_rows, empty_like_layout, refine_mean, superrow_factor
-from numr_web.dtypes import BFLOAT16
+from numr_web.dtypes import BFLOAT16, dtype_name
+from numr_web.memory_layout import as_channels_last
 from numr_web.numerics import REFINE_MEAN_ABOVE
 from numr_web.schema import schema
 
@@ -66,8 +77,18 @@ _kernels = None
 _import_error: str | None = None
 
 
+_load_lock = threading.Lock()  # a background warm-up and the caller's thread may both load first
+
+
 def _load_kernels():
     """The kernel modules as one namespace (``.nchw``, ``.nhwc``, ``.common``), or None without Numba."""
+    if _kernels is not None:
+        return _kernels
+    with _load_lock:
+        return _load_kernels_once()
+
+
+def _load_kernels_once():
     global _kernels, _import_error
     if _kernels is not None:
         return _kernels
@@ -504,3 +525,89 @@ def _backward_kernels(dy, x, mean, rstd, weight, bias, num_groups, activation=No
     )
     k.nchw.nchw_piece_bwd_apply(dy3, x3, dx3, P, mhi, scale, shift, scale, beta, gamma, silu)
     return (dx,) + _affine_out(dw64, db64, weight)
+
+
+# ---------------------------------------------------------------------------
+# families compiled ahead of need (the auto path's background warm-up)
+# ---------------------------------------------------------------------------
+#: (N, C, H, W, G) calls that reach every fused kernel of a layout and dtype: many groups (one work
+#: item per group), few groups (spatial pieces), and groups past the piece limit
+WARMUP_SHAPES = ((2, 64, 4, 4, 32), (1, 4, 4, 4, 1), (1, 8, 512, 256, 2))
+
+_families: dict = {}  # (layout, dtype name) -> "warming" | "ready" | "failed: why"
+_families_lock = threading.Lock()
+
+
+def importable() -> bool:
+    """Whether Numba can be imported here, without importing it (the auto path's first call must not
+    wait for Numba's import either); a failed import of the kernels counts as not importable."""
+    if _kernels is not None:
+        return True
+    if _import_error is not None:
+        return False
+    if "numba" in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec("numba") is not None
+    except (ImportError, ValueError):  # a finder that refuses it, a broken module spec
+        return False
+
+
+def _family(layout, dtype):
+    return layout, dtype_name(dtype)
+
+
+def family_state(layout, dtype) -> str | None:
+    """``"ready"``, ``"warming"``, ``"failed: why"`` or None (not asked for yet) for the fused kernels of
+    ``layout`` ("nchw" or "nhwc") and ``dtype`` in this process."""
+    return _families.get(_family(layout, dtype))
+
+
+def family_ready(layout, dtype) -> bool:
+    return _families.get(_family(layout, dtype)) == "ready"
+
+
+def families() -> dict:
+    """{"nchw float32": state, ...} for every family asked for in this process."""
+    return {f"{layout} {name}": state for (layout, name), state in sorted(_families.items())}
+
+
+def warm_family(layout, dtype) -> float:
+    """Compile (or load from Numba's cache) every fused kernel ``layout`` and ``dtype`` can reach, as
+    ``WARMUP_SHAPES`` call them with and without affine parameters and SiLU; marks the family ready and
+    returns the seconds it took.  RuntimeError without Numba."""
+    start = time.perf_counter()
+    _require()
+    dt = BFLOAT16 if dtype_name(dtype) == "bfloat16" else np.dtype(dtype_name(dtype))
+    for *dims, groups in WARMUP_SHAPES:
+        x = np.linspace(-1, 1, math.prod(dims)).reshape(dims).astype(dt)
+        if layout == "nhwc":
+            x = as_channels_last(x)
+        ones = np.ones(dims[1], np.float32)
+        for w, act in ((ones, None), (ones, "silu"), (None, None), (None, "silu")):
+            _, mean, rstd = group_norm_forward(x, w, w, groups, 1e-5, act, layout=layout)
+            group_norm_backward(x, x, mean, rstd, w, w, groups, act, layout=layout)
+    with _families_lock:
+        _families[_family(layout, dtype)] = "ready"
+    return time.perf_counter() - start
+
+
+def _warm_quietly(family):
+    try:
+        warm_family(*family)
+    except Exception as exc:  # no Numba, a broken install: the NumPy path goes on serving, info says why
+        with _families_lock:
+            _families[family] = f"failed: {type(exc).__name__}: {exc}"
+
+
+def warm_in_background(layout, dtype) -> str:
+    """Start compiling ``layout`` and ``dtype``'s fused kernels in a daemon thread, once per family;
+    returns the family's state ("warming", or what it already was)."""
+    family = _family(layout, dtype)
+    with _families_lock:
+        state = _families.get(family)
+        if state is not None:
+            return state
+        _families[family] = "warming"
+    threading.Thread(target=_warm_quietly, args=(family,), name=f"numr_web warm {family}", daemon=True).start()
+    return "warming"
