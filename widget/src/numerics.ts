@@ -51,16 +51,20 @@ function scanGroup(store: Store, n: number, g: number): GroupScan | null {
   const i = n * geo.g + g;
   const mu = at(store.results.get("mean")?.data, i), rs = at(store.results.get("rstd")?.data, i);
   const up = upstream(store);
-  let gmin = Infinity, gmax = -Infinity, gabs = 0, xmax = 0, dymax = 0;
-  for (let k = 0; k < xs.length; k++) {
-    const xh = (at(xs, k) - mu) * rs;
-    const gk = up(g * geo.cg + Math.floor(k / geo.s), xh, at(dys, k));
-    gmin = Math.min(gmin, gk);
-    gmax = Math.max(gmax, gk);
-    gabs = Math.max(gabs, Math.abs(gk));
-    xmax = Math.max(xmax, Math.abs(xh));
-    dymax = Math.max(dymax, Math.abs(at(dys, k)));
+  let gmin = Infinity, gmax = -Infinity, xmax = 0, dymax = 0;
+  for (let c = 0; c < geo.cg; c++) {
+    const ch = g * geo.cg + c;
+    for (let k = c * geo.s; k < (c + 1) * geo.s; k++) {
+      const xh = ((xs[k] ?? NaN) - mu) * rs;
+      const dyk = dys[k] ?? NaN;
+      const gk = up(ch, xh, dyk);
+      if (gk < gmin) gmin = gk;
+      if (gk > gmax) gmax = gk;
+      if (Math.abs(xh) > xmax) xmax = Math.abs(xh);
+      if (Math.abs(dyk) > dymax) dymax = Math.abs(dyk);
+    }
   }
+  const gabs = Math.max(Math.abs(gmin), Math.abs(gmax));
   const floor = ROUNDING_UNITS * ACC_UNIT * Math.sqrt(xs.length) * rs * gabs * (1 + xmax);
   return { floor, gmin, gmax, dymax };
 }

@@ -9,10 +9,14 @@ import { drawMarks, drawTiles, elementAt, tilesOf, type Tiles } from "./tiles";
 import { painter } from "./paint";
 
 const NAMES: [string, string][] = [["x", "Input x"], ["y", "Output y"], ["dy", "Upstream gradient dy"], ["dx", "Gradient dx"]];
+/** the images' grid's width, as a ResizeObserver last saw it (reading clientWidth while drawing would force a
+ *  layout of the whole page in every redraw) */
+const gridWidth = new WeakMap<Element, number>();
+
 /** an image's widest: half the images' grid (two a row), at most 300 CSS px */
 function maxWidth(p: Picture): number {
   const grid = p.canvas.closest(".nw-images");
-  const w = grid instanceof HTMLElement ? grid.clientWidth : 0;
+  const w = (grid && gridWidth.get(grid)) ?? 0;
   return w > 0 ? Math.min(300, Math.floor((w - 10) / 2)) : 232;
 }
 
@@ -151,6 +155,16 @@ export function imagesView(store: Store): HTMLElement {
     }
   }
   store.on(["results", "selection", "paint"], draw, false, el);
+  // a new width lays the tiles out again
+  const ro = new ResizeObserver(([entry]) => {
+    const w = Math.round(entry?.contentRect.width ?? 0);
+    if (w === (gridWidth.get(grid) ?? 0)) return;
+    gridWidth.set(grid, w);
+    drawnFrom.clear();
+    draw();
+  });
+  ro.observe(grid);
+  store.signal.addEventListener("abort", () => ro.disconnect());
   store.on(["controls"], () => paint.sync());
   return el;
 }
