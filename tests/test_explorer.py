@@ -552,3 +552,15 @@ def test_batch_up_to_32_and_a_clear_error_above():
     assert e.status == "error: batch: expected 1..32, got 33"
     with pytest.raises(ValueError, match="^pattern:"):
         Explorer(device="cpu", pattern="plaid")
+
+
+def test_the_sample_shown_is_the_selected_groups_from_python_too():
+    e = Explorer(device="cpu", num_groups=4, batch=3)
+    v = e.results_meta["version"]
+    e.selected = [2, 3]
+    assert e.sample == 2
+    e.sample = 1
+    assert e.selected == [1, 3]
+    e.set_state({"selected": [0, 1], "sample": 0})
+    assert (e.sample, e.selected) == (0, [0, 1])
+    assert e.results_meta["version"] == v  # what is drawn, not what is computed

@@ -322,6 +322,18 @@ class Explorer(anywidget.AnyWidget):
         if self._ready and self.grad_mode == "painted":
             self._request()
 
+    @traitlets.observe("sample")
+    def _on_sample(self, change):
+        """One selection: the sample shown is the selected group's (set from Python, the other follows)."""
+        sel = list(self.selected) or [0, 0]
+        if sel[0] != change["new"]:
+            self.selected = [int(change["new"]), *sel[1:2]]
+
+    @traitlets.observe("selected")
+    def _on_selected(self, change):
+        if change["new"] and self.sample != change["new"][0]:
+            self.sample = int(change["new"][0])
+
     def _request(self):
         if self._batching:
             self._dirty = True
