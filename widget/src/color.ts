@@ -46,13 +46,16 @@ export interface Scale {
 }
 
 /** A scale over `vals`: red-blue symmetric about 0 where they change sign, viridis otherwise. A spread of values
- *  smaller than `noise` (float rounding, not a signal) is not stretched to full contrast: it is drawn flat. */
-export function scaleOf(vals: ArrayLike<number>, noise = 0, forceDiverging = false): Scale {
+ *  smaller than `noise` (float rounding, not a signal) is not stretched to full contrast: it is drawn flat; the
+ *  scale spans at least `minSpan`. */
+export function scaleOf(vals: ArrayLike<number>, noise = 0, forceDiverging = false, minSpan = 0): Scale {
   const [lo, hi] = extent(vals);
   const diverging = forceDiverging || (lo < 0 && hi > 0);
   const m = Math.max(Math.abs(lo), Math.abs(hi));
   const floor = Math.max(noise, 1e-6 * m);
-  const [a, b] = diverging ? [-Math.max(m, noise), Math.max(m, noise)] : [lo, hi];
+  // `minSpan`: values of a known size (a normalized y is about ±2) are not stretched when they are much smaller
+  const bound = Math.max(m, noise, minSpan / 2);
+  const [a, b] = diverging ? [-bound, bound] : [lo, Math.max(hi, lo + minSpan)];
   const flat = diverging ? m <= noise : hi - lo <= floor;
   const span = !flat && b > a ? 255 / (b - a) : 0;
   const words = diverging ? RDBU : VIRIDIS;

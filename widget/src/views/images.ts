@@ -60,14 +60,17 @@ export function drawPicture(store: Store, p: Picture, name: string, label: strin
   const t = tilesOf(geo, maxWidth(p));
   p.tiles = t;
   const ctx = sizeCanvas(p.canvas, t.w, t.h);
-  const sc = scaleOf(got.vals, got.noise, name === "dx" || name === "dy");
+  // y is normalized: drawn on at least ±2 (times the affine's largest |w|), so a y squashed toward 0 looks pale
+  const w = store.results.get("weight")?.data;
+  const span = name === "y" ? 4 * Math.max(1, ...(w ? Array.from(w, Math.abs) : [1])) : 0;
+  const sc = scaleOf(got.vals, got.noise, name === "dx" || name === "dy", span);
   p.scale = sc;
   if (ctx) {
     drawTiles(ctx, t, geo.c, got.vals, (v) => sc.words[sc.index(v)] ?? 0);
     drawMarks(ctx, t, geo.cg, g, store.element());
   }
   p.canvas.dataset.geom = JSON.stringify({ tx: t.tx, ty: t.ty, tw: t.tw, th: t.th, rows: t.rows, cols: t.cols });
-  const range = sc.flat ? `all ${fmt(name === "dx" ? 0 : sc.hi)}` : `${fmt(sc.lo)} to ${fmt(sc.hi)}${sc.diverging ? " (blue < 0 < red)" : ""}`;
+  const range = sc.flat || sc.lo === sc.hi ? `all ${fmt(name === "dx" && sc.flat ? 0 : sc.hi)}` : `${fmt(sc.lo)} to ${fmt(sc.hi)}${sc.diverging ? " (blue < 0 < red)" : ""}`;
   const zero = name === "dx" ? zeroSentence(store) : null;
   p.caption.textContent = zero ?? `${label}, sample ${n}: ${range}`;
   p.caption.dataset.testid = `caption-${name}`;
