@@ -884,3 +884,15 @@ def test_a_change_event_between_new_results_and_their_redraw_drops_no_view(page)
     assert page.evaluate("document.querySelector('.nw-body').dataset.drawn") == "2"
     assert page.locator('[data-testid="images"]').get_attribute("data-drawn") == "2"
     np.testing.assert_allclose(float(text(page, "we-mean")), new["mean"][0, 0], rtol=1e-6)
+
+
+def test_a_y_that_eps_squashes_toward_zero_is_drawn_pale(page):
+    """y is normalized: its colours span at least ±2, so |y| < 0.4 (eps = 400 against a variance near 1-10) stays
+    near the scale's white middle instead of being stretched to full red and blue."""
+    arrays = compute(eps=400.0)
+    assert np.abs(arrays["y"]).max() < 0.4
+    mount(page, state_for(arrays, eps=400.0))
+    darkest = "(cs) => Math.min(...cs.map((c) => Math.min(...c.split(',').map(Number))))"
+    assert page.evaluate(darkest, page.evaluate(FLAT, ["image-y", 2])) > 150
+    mount(page, state_for(compute()))  # a y of unit size: full colours
+    assert page.evaluate(darkest, page.evaluate(FLAT, ["image-y", 2])) < 120
