@@ -25,7 +25,7 @@ from conftest import require_target
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 README_COMMAND = "scripts/accuracy --offsets 1e4,1e5 --markdown"
-COMMANDS = [README_COMMAND, claims.TABLE_OFFSET_0, claims.TABLE_OFFSETS, claims.TABLE_SILU]
+COMMANDS = [README_COMMAND, *claims.TABLES]
 TARGET_OF_ROW = {"numr_web cpu, fused path": "cpu-fused", "numr_web webgpu": "webgpu", "numr_web cuda": "cuda"}
 
 
@@ -35,12 +35,18 @@ def _accuracy(*args):
     return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=900)
 
 
+KEY = ("implementation", "layout", "dtype", "activation", "offset")
+
+
 def _rows(header, rows):
-    """{(implementation, layout, dtype): cells} in the table's order."""
+    """{(implementation, layout, dtype, activation, offset): cells} in the table's order (a table
+    without one of those columns has None there)."""
     out = {}
     for row in rows:
         cells = dict(zip(header, row))
-        out[(cells["implementation"], cells["layout"], cells.get("dtype", "float32"))] = row
+        key = tuple(cells.get(k) for k in KEY)
+        assert key not in out, f"two rows for {key}"
+        out[key] = row
     return out
 
 
@@ -52,7 +58,7 @@ def test_every_accuracy_table_names_its_command():
     assert sorted(claims.docs_tables()) == sorted(COMMANDS)
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=["readme", "offset-0", "offsets", "silu"])
+@pytest.mark.parametrize("command", COMMANDS, ids=["readme", "float32", "float64", "silu", "far", "eps"])
 def test_table_is_what_its_command_prints(command):
     header, rows = claims.docs_tables()[command]
     out = _accuracy(*shlex.split(command)[1:])
@@ -98,7 +104,7 @@ def test_default_output_agrees_with_the_markdown():
     want = {(row[0], row[1]): [claims.figure_value(row[i]) for i in columns] for row in rows}
     seen = 0
     for line in out.stdout.splitlines()[2:]:
-        m = re.fullmatch(r"(.+?)\s{2,}(NCHW|channels-last)\s+float32\s+(\S+)\s+(\S+)", line)
+        m = re.fullmatch(r"(.+?)\s{2,}(NCHW|channels-last)\s+(\S+)\s+(\S+)", line)
         assert m, line
         key = (m.group(1), m.group(2))
         if key in want:
@@ -116,9 +122,9 @@ def test_numerics_prose_quotes_the_tables():
     nchw, cl = cell[(torch_label, "NCHW")]["y @1e4"], cell[(torch_label, "channels-last")]["y @1e4"].split()[0]
     assert f"CPU error is {nchw} on NCHW, and its channels-last path returns {cl}" in text
     header, rows = claims.docs_tables()[claims.TABLE_SILU]
-    dx = [dict(zip(header, r))["dx @1e4"] for r in rows]
-    best = max((v for r, v in zip(rows, dx) if r[0].startswith("numr_web")), key=claims.figure_value)
-    torch_nchw = next(v for r, v in zip(rows, dx) if r[0].startswith("torch ") and r[1] == "NCHW")
+    at_1e4 = [dict(zip(header, r)) for r in rows if dict(zip(header, r))["offset"] == "1e4"]
+    best = max((r["dx"] for r in at_1e4 if r["implementation"].startswith("numr_web")), key=claims.figure_value)
+    torch_nchw = next(r["dx"] for r in at_1e4 if r["implementation"].startswith("torch ") and r["layout"] == "NCHW")
     assert f"dx at offset 1e4 is {best} or better on every numr_web row, where torch 2.13's is {torch_nchw}" in text
 
 

@@ -1,11 +1,17 @@
-"""Hard cases: large offsets on both layouts, float16 overflow, NaN isolation, empty batch, layouts."""
+"""Hard cases: large offsets on both layouts, float16 overflow, NaN isolation, empty batch, layouts.
+
+Every output is bounded by tests/claims.py: 10x the figure docs/accuracy.md (README's Accuracy table
+for y and dx at 1e4 and 1e5) gives for the backend, layout, dtype and case, each output measured
+against its own scale (max |ref|; the mean against max |x|).
+"""
 
 from __future__ import annotations
 
+import claims
 import numpy as np
 import pytest
 from oracle import backward as ref_backward
-from oracle import channels_last, rel_err
+from oracle import channels_last
 from oracle import forward as ref_forward
 
 import numr_web
@@ -17,13 +23,31 @@ def _layout(a):
     return memory_layout(a.shape, a.strides, a.dtype.itemsize)
 
 
+def _got(runner, **arrays):
+    """The outputs a test has, back in NumPy."""
+    return {k: runner.get(v) for k, v in arrays.items() if v is not None}
+
+
+def _ref(x, groups, w=None, b=None, dy=None, activation=None):
+    """The oracle's six outputs (the backward's when dy is given)."""
+    y, mean, rstd = ref_forward(x, groups, w, b, activation=activation)
+    out = {"y": y, "mean": mean, "rstd": rstd}
+    if dy is not None:
+        out["dx"], out["dw"], out["db"] = ref_backward(dy, x, groups, w, b, activation=activation)
+    return out
+
+
 # 7 and 15: just inside the CPU paths' limits for the uncentred backward sums
 # (sum dy*x - mean*sum dy, |mean| * rstd <= 8) and the uncentred elementwise forms (<= 16),
 # the worst cases for those
 @pytest.mark.parametrize("offset", [7.0, 15.0, 1e2, 1e4, 1e5])
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
 def test_large_offset_keeps_float32_precision(runner, rng, offset, layout):
-    # PyTorch 2.13's CPU channels-last path gives 2.5e2 (wrong) at 1e4; its NCHW 2e-4.
+    # The float32 floor of the usual formulas is ~2e-4 at 1e4 (PyTorch's NCHW; its channels-last
+    # path is wrong: README's Accuracy table).  Compensated apply and a backward centred on mean_hi,
+    # with the saved float32 mean's low part restored from sum(x - mean_hi) in the backward's
+    # reduction pass, keep every output near float32's precision: within 10x docs/accuracy.md's
+    # figures (the mean, against max |x|, within 10x of its ~5e-8 plus its float32 rounding).
     x = (offset + rng.standard_normal((2, 64, 16, 16))).astype(np.float32)
     w = rng.standard_normal(64).astype(np.float32)
     b = rng.standard_normal(64).astype(np.float32)
@@ -31,35 +55,25 @@ def test_large_offset_keeps_float32_precision(runner, rng, offset, layout):
     if layout == "nhwc":
         x, dy = channels_last(x), channels_last(dy)
     y, mean, rstd = numr_web.ops.group_norm_forward(runner.put(x), runner.put(w), runner.put(b), 32, 1e-5)
-    yr, mr, rr = ref_forward(x, 32, w, b)
-    # The float32 floor of the usual formulas is ~2e-4 at 1e4 (PyTorch NCHW: 2e-4, 3e-3 at 1e5).
-    # Compensated apply and a backward centred on mean_hi, with the saved float32 mean's low
-    # part restored from sum(x - mean_hi) in the backward's reduction pass, keep ~1e-6.
-    # (every backend measures below 1.5e-6 here; 3e-6 leaves room for platform differences)
-    assert rel_err(runner.get(y), yr) < 3e-6
-    assert rel_err(runner.get(mean), mr) < 1e-6 * offset
     dx, dw, db = numr_web.ops.group_norm_backward(runner.put(dy), runner.put(x), mean, rstd, runner.put(w), 32)
-    dxr, dwr, dbr = ref_backward(dy, x, 32, w, b)
-    assert rel_err(runner.get(dx), dxr) < 3e-6
-    assert rel_err(runner.get(dw), dwr) < 1e-5
-    assert rel_err(runner.get(db), dbr) < 1e-5
+    got = _got(runner, y=y, mean=mean, rstd=rstd, dx=dx, dw=dw, db=db)
+    claims.check(runner.target, got, _ref(x, 32, w, b, dy), x, layout=layout, offset=offset)
 
 
 def test_float16_near_300_does_not_overflow(runner, rng):
     # 300^2 = 90000 > 65504, the largest float16: squares must be taken in float32
     x = (300 + 30 * rng.standard_normal((2, 16, 8, 8))).astype(np.float16)
     y, mean, rstd = numr_web.ops.group_norm_forward(runner.put(x), None, None, 4, 1e-5)
-    y = runner.get(y)
-    assert y.dtype == np.float16 and np.all(np.isfinite(y))
-    assert rel_err(y, ref_forward(x, 4)[0]) < 1.5e-2
-    assert rel_err(runner.get(rstd), ref_forward(x, 4)[2]) < 1e-4
+    got = _got(runner, y=y, mean=mean, rstd=rstd)
+    assert got["y"].dtype == np.float16 and np.all(np.isfinite(got["y"]))
+    claims.check(runner.target, got, _ref(x, 4), x, dtype="float16", offset=300)
 
 
 def test_float16_large_values_rstd(runner, rng):
     x = (rng.standard_normal((1, 8, 4, 4)) * 2e4).astype(np.float16)
-    _, mean, rstd = numr_web.ops.group_norm_forward(runner.put(x), None, None, 2, 1e-5)
-    _, mr, rr = ref_forward(x, 2)
-    assert rel_err(runner.get(rstd) / rr, np.ones_like(rr)) < 1e-4
+    y, mean, rstd = numr_web.ops.group_norm_forward(runner.put(x), None, None, 2, 1e-5)
+    got = _got(runner, y=y, mean=mean, rstd=rstd)
+    claims.check(runner.target, got, _ref(x, 2), x, dtype="float16")
 
 
 def test_nan_stays_in_its_group(runner, rng):
@@ -81,8 +95,9 @@ def test_nan_stays_in_its_group(runner, rng):
 def test_constant_group_has_zero_variance_not_negative(runner):
     x = np.full((2, 4, 7, 7), 1234.5678, np.float32)
     y, mean, rstd = numr_web.ops.group_norm_forward(runner.put(x), None, None, 2, 1e-5)
-    assert np.allclose(runner.get(rstd), 1 / np.sqrt(1e-5), rtol=1e-5)
     assert np.all(runner.get(y) == 0)
+    # rstd = 1/sqrt(eps): the variance exactly zero, as the oracle's
+    claims.check(runner.target, _got(runner, mean=mean, rstd=rstd), _ref(x, 2), x, offset=1234.5678)
 
 
 def test_outlier_as_first_element(runner):
@@ -90,10 +105,8 @@ def test_outlier_as_first_element(runner):
     x = np.zeros((1, 4, 64, 64), np.float32)
     x[0, 0, 0, 0] = 3e4
     x[0, :, 1:, :] = np.linspace(-1, 1, 63 * 64 * 4, dtype=np.float32).reshape(4, 63, 64)
-    _, mean, rstd = numr_web.ops.group_norm_forward(runner.put(x), None, None, 1, 1e-5)
-    _, mr, rr = ref_forward(x, 1)
-    assert rel_err(runner.get(rstd), rr) < 1e-5 * np.abs(rr).max()
-    assert rel_err(runner.get(mean), mr) < 1e-6
+    y, mean, rstd = numr_web.ops.group_norm_forward(runner.put(x), None, None, 1, 1e-5)
+    claims.check(runner.target, _got(runner, y=y, mean=mean, rstd=rstd), _ref(x, 1), x)
 
 
 def test_empty_batch(runner):
@@ -137,25 +150,25 @@ def test_output_keeps_dtype_and_memory_layout(runner, rng, dtype, layout):
     w = rng.standard_normal(12).astype(np.float32)
     y, mean, rstd = numr_web.ops.group_norm_forward(runner.put(x), runner.put(w), runner.put(w), 3, 1e-5)
     assert y.dtype == dt
-    yh = runner.get(y)
-    assert _layout(yh) == layout
+    assert _layout(runner.get(y)) == layout
     assert np.dtype(runner.get(mean).dtype) == (np.float64 if dtype == "float64" else np.float32)
-    tol = {"float16": 1.5e-2, "bfloat16": 4e-2, "float32": 1e-5, "float64": 1e-12}[dtype]
-    assert rel_err(yh, ref_forward(x, 3, w, w)[0]) < tol
     dy = rng.standard_normal(x.shape).astype(dt)
     dx, dw, db = numr_web.ops.group_norm_backward(runner.put(dy), runner.put(x), mean, rstd, runner.put(w), 3)
     assert dx.dtype == dt and _layout(runner.get(dx)) == layout
-    assert dw.dtype == np.float32
-    dxr, dwr, dbr = ref_backward(dy, x, 3, w, w)
-    assert rel_err(runner.get(dx), dxr) < tol * 2
-    assert rel_err(runner.get(dw), dwr) < max(tol * 2, 1e-6)  # dw has the float32 weight's dtype
+    assert dw.dtype == np.float32  # the float32 weight's dtype
+    got = _got(runner, y=y, mean=mean, rstd=rstd, dx=dx, dw=dw, db=db)
+    # dweight and dbias are float32 sums even for float64 x: the float32 figures hold them
+    ref = _ref(x, 3, w, w, dy)
+    if dtype == "float64":
+        claims.check(runner.target, {k: got.pop(k) for k in ("dw", "db")}, ref, x, layout=layout)
+    claims.check(runner.target, got, ref, x, layout=layout, dtype=dtype)
 
 
-def test_other_strides_are_accepted(rng):
+def test_other_strides_are_accepted(cpu_runner, rng):
     base = rng.standard_normal((2, 8, 6, 10)).astype(np.float32)
     x = base[:, :, :, ::2]  # neither NCHW- nor channels-last-contiguous
     y = numr_web.group_norm(x, 4)
-    assert rel_err(y, ref_forward(x, 4)[0]) < 1e-5
+    claims.check(cpu_runner.target, {"y": y}, _ref(x, 4), x)
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
@@ -166,11 +179,13 @@ def test_huge_values_do_not_overflow_statistics(runner, rng, layout):
     x[0, 2:] *= 1e-20  # the second group stays small: the redo must not mix the groups
     xs = channels_last(x) if layout == "nhwc" else x
     y, mean, rstd = numr_web.ops.group_norm_forward(runner.put(xs), None, None, 2, 1e-5)
-    yr, mr, rr = ref_forward(x, 2)
-    assert rel_err(runner.get(mean), mr) < 1e-5
-    assert rel_err(runner.get(rstd), rr) < 1e-5
-    assert np.all(np.isfinite(runner.get(y)))
-    assert rel_err(runner.get(y), yr) < 1e-5
+    got = _got(runner, y=y, mean=mean, rstd=rstd)
+    assert np.all(np.isfinite(got["y"]))
+    claims.check(runner.target, got, _ref(x, 2), x, layout=layout)
+    # the small group on its own scale: mixed with the large one's sums it would be lost
+    small = {k: v[:, 1:] if k in ("mean", "rstd") else v[:, 2:] for k, v in got.items()}
+    ref = {k: v[:, 1:] if k in ("mean", "rstd") else v[:, 2:] for k, v in _ref(x, 2).items()}
+    claims.check(runner.target, small, ref, x[:, 2:], layout=layout, label="second group")
 
 
 @pytest.mark.parametrize("zero_weight", [False, True])
@@ -186,10 +201,8 @@ def test_backward_long_and_short_rows(runner, rng, shape, groups, zero_weight):
         w[3] = 0.0
     y, mean, rstd = numr_web.ops.group_norm_forward(runner.put(x), runner.put(w), None, groups, 1e-5)
     dx, dw, db = numr_web.ops.group_norm_backward(runner.put(dy), runner.put(x), mean, rstd, runner.put(w), groups)
-    dxr, dwr, dbr = ref_backward(dy, x, groups, w)
-    assert rel_err(runner.get(dx), dxr) < 1e-5
-    assert rel_err(runner.get(dw), dwr) < 1e-5
-    assert rel_err(runner.get(db), dbr) < 1e-5
+    got = _got(runner, y=y, mean=mean, rstd=rstd, dx=dx, dw=dw, db=db)
+    claims.check(runner.target, got, _ref(x, groups, w, dy=dy), x)
 
 
 def test_float16_store_rounds_subnormals_like_numpy(rng):
@@ -220,8 +233,10 @@ def test_float16_backward_with_tiny_gradients(cpu_runner, rng):
     _, mean, rstd = numr_web.ops.group_norm_forward(x, w, None, 4, 1e-5)
     dx, _, _ = numr_web.ops.group_norm_backward(dy, x, mean, rstd, w, 4)
     dxr = ref_backward(dy, x, 4, w)[0]
-    # float16 subnormals carry an absolute error of up to 2**-25
-    assert np.max(np.abs(dx.astype(np.float64) - dxr)) <= 2.0**-25 + 2e-3 * np.abs(dxr).max()
+    # float16 subnormals carry an absolute error of up to 2**-25 (half their spacing) beside the
+    # relative bound of normal float16 values
+    bound = 2.0**-25 + claims.bound(cpu_runner.target, "dx", dtype="float16") * np.abs(dxr).max()
+    assert np.max(np.abs(dx.astype(np.float64) - dxr)) <= bound
 
 
 @pytest.mark.parametrize("x_layout, dy_layout", [("nhwc", "nchw"), ("nchw", "nhwc")])
@@ -233,13 +248,10 @@ def test_backward_with_dy_in_another_layout(runner, rng, x_layout, dy_layout, sp
     xs = channels_last(x) if x_layout == "nhwc" else x
     dys = channels_last(dy) if dy_layout == "nhwc" else dy
     y, mean, rstd = numr_web.ops.group_norm_forward(runner.put(xs), runner.put(w), None, 3, 1e-5)
-    assert rel_err(runner.get(y), ref_forward(x, 3, w)[0]) < 1e-5
     dx, dw, db = numr_web.ops.group_norm_backward(runner.put(dys), runner.put(xs), mean, rstd, runner.put(w), 3)
-    dxr, dwr, dbr = ref_backward(dy, x, 3, w)
     assert _layout(runner.get(dx)) == _layout(xs)
-    assert rel_err(runner.get(dx), dxr) < 1e-5
-    assert rel_err(runner.get(dw), dwr) < 1e-5
-    assert rel_err(runner.get(db), dbr) < 1e-5
+    got = _got(runner, y=y, mean=mean, rstd=rstd, dx=dx, dw=dw, db=db)
+    claims.check(runner.target, got, _ref(x, 3, w, dy=dy), x, layout=None, offset=5)
 
 
 @pytest.mark.parametrize("channels", [64, 320])
@@ -251,11 +263,9 @@ def test_channels_last_sums_over_many_rows_stay_exact(runner, rng, channels):
     w = rng.standard_normal(channels).astype(np.float32)
     xs, dys = channels_last(x), channels_last(dy)
     y, mean, rstd = numr_web.ops.group_norm_forward(runner.put(xs), runner.put(w), None, 8, 1e-5)
-    yr, _, rr = ref_forward(x, 8, w)
-    assert rel_err(runner.get(y), yr) < 1.5e-6
-    assert rel_err(runner.get(rstd), rr) < 1.5e-6
-    dx, _, _ = numr_web.ops.group_norm_backward(runner.put(dys), runner.put(xs), mean, rstd, runner.put(w), 8)
-    assert rel_err(runner.get(dx), ref_backward(dy, x, 8, w)[0]) < 1.5e-6
+    dx, dw, db = numr_web.ops.group_norm_backward(runner.put(dys), runner.put(xs), mean, rstd, runner.put(w), 8)
+    got = _got(runner, y=y, mean=mean, rstd=rstd, dx=dx, dw=dw, db=db)
+    claims.check(runner.target, got, _ref(x, 8, w, dy=dy), x, layout="nhwc", offset=1e5)
 
 
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
@@ -276,13 +286,14 @@ def test_silu_backward_at_large_offset(runner, rng, layout, shape, groups):
         x, dy = channels_last(x), channels_last(dy)
     put = runner.put
     y, mean, rstd = numr_web.ops.group_norm_forward(put(x), put(w), put(b), groups, activation="silu")
-    assert rel_err(runner.get(y), ref_forward(x, groups, w, b, activation="silu")[0]) < 3e-6
     dx, dw, db = numr_web.ops.group_norm_backward(
         put(dy), put(x), mean, rstd, put(w), groups, bias=put(b), activation="silu"
     )
-    dxr, dwr, dbr = ref_backward(dy, x, groups, w, b, activation="silu")
-    # CUDA does not restore it yet (README, Numerics; never run on a GPU here): its expected bound
-    bound = 2e-3 if runner.target.startswith("cuda") else 3e-6
-    assert rel_err(runner.get(dx), dxr) < bound
-    assert rel_err(runner.get(dw), dwr) < max(bound, 1e-5)
-    assert rel_err(runner.get(db), dbr) < max(bound, 1e-5)
+    got = _got(runner, y=y, mean=mean, rstd=rstd, dx=dx, dw=dw, db=db)
+    ref = _ref(x, groups, w, b, dy, activation="silu")
+    if runner.target == "cuda":
+        # CUDA does not restore it yet (docs/numerics.md; never run on a GPU here): it rebuilds z
+        # as WebGPU did, whose dx was 6.4e-4 / 7.0e-4 then; the bound expected of it
+        errs = claims.errors({k: got.pop(k) for k in ("dx", "dw", "db")}, ref, x)
+        assert all(e < 2e-3 for e in errs.values()), errs
+    claims.check(runner.target, got, ref, x, layout=layout, offset=1e4, activation="silu")

@@ -1,12 +1,17 @@
-"""The reference cases (PyTorch 2.13 in float64, tests/data) through the public API, on every backend."""
+"""The reference cases (PyTorch 2.13 in float64, tests/data) through the public API, on every backend.
+
+Each output is held to 10x the figure docs/accuracy.md gives for its backend, layout, dtype, offset and
+activation (tests/claims.py), measured against its own scale (the mean against max |x|).
+"""
 
 from __future__ import annotations
 
 import pathlib
 
+import claims
 import numpy as np
 import pytest
-from oracle import channels_last, rel_err
+from oracle import channels_last
 
 import numr_web
 from numr_web.dtypes import BFLOAT16
@@ -42,15 +47,8 @@ def _case(name):
     return c
 
 
-def tolerances(c):
-    """(y/stats tolerance, dx/dw/db tolerance) from the reference README."""
-    if int(c.get("bf16", 0)):
-        return 4e-2, 6e-2
-    if c["x"].dtype == np.float16:
-        return 1.5e-2, 2e-2
-    if np.abs(c["mean"]).max() > 100:
-        return 3e-3, 1e-2
-    return 1e-4, 3e-4
+def _reference(c, *fields):
+    return {k: c[k] for k in fields if k in c}
 
 
 def test_reference_file_has_all_kinds_of_case():
@@ -62,48 +60,43 @@ def test_reference_file_has_all_kinds_of_case():
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_forward_matches_reference(runner, name):
     c = _case(name)
-    tol, _ = tolerances(c)
     y, mean, rstd = numr_web.ops.group_norm_forward(
         runner.put(c["x"]), runner.put(c.get("w")), runner.put(c.get("b")), c["G"], c["eps"], activation=c["act"]
     )
-    y = runner.get(y)
-    assert y.dtype == c["x"].dtype
-    assert rel_err(y, c["y"]) < tol
-    assert rel_err(runner.get(mean), c["mean"]) < tol
-    assert rel_err(runner.get(rstd), c["rstd"]) < max(tol, 1e-4) * max(1.0, np.abs(c["rstd"]).max())
+    got = {"y": runner.get(y), "mean": runner.get(mean), "rstd": runner.get(rstd)}
+    assert got["y"].dtype == c["x"].dtype
+    claims.check(runner.target, got, _reference(c, "y", "mean", "rstd"), c["x"], label=name, **claims.reference_case(c))
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_backward_matches_reference(runner, name):
     c = _case(name)
-    _, tol = tolerances(c)
     x, w, b, dy = (runner.put(c["x"]), runner.put(c.get("w")), runner.put(c.get("b")), runner.put(c["dy"]))
     _, mean, rstd = numr_web.ops.group_norm_forward(x, w, b, c["G"], c["eps"], activation=c["act"])
     dx, dw, db = numr_web.ops.group_norm_backward(dy, x, mean, rstd, w, c["G"], bias=b, activation=c["act"])
-    assert runner.get(dx).dtype == c["x"].dtype
-    assert rel_err(runner.get(dx), c["dx"]) < tol
+    got = {"dx": runner.get(dx)}
+    assert got["dx"].dtype == c["x"].dtype
     if "w" in c:
-        assert rel_err(runner.get(dw), c["dw"]) < tol
-        assert rel_err(runner.get(db), c["db"]) < tol
+        got["dw"], got["db"] = runner.get(dw), runner.get(db)
     else:
         assert dw is None and db is None
+    claims.check(runner.target, got, _reference(c, "dx", "dw", "db"), c["x"], label=name, **claims.reference_case(c))
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_autograd_matches_reference(runner, name):
     c = _case(name)
-    tol_y, tol = tolerances(c)
     x = numr_web.Tensor(runner.put(c["x"]), requires_grad=True)
     w = numr_web.Tensor(runner.put(c["w"]), requires_grad=True) if "w" in c else None
     b = numr_web.Tensor(runner.put(c["b"]), requires_grad=True) if "b" in c else None
     y = numr_web.group_norm(x, c["G"], w, b, c["eps"], activation=c["act"])
     assert isinstance(y, numr_web.Tensor) and y.device == runner.device
-    assert rel_err(runner.get(y), c["y"]) < tol_y
     y.backward(runner.put(c["dy"]))
-    assert rel_err(runner.get(x.grad), c["dx"]) < tol
+    got = {"y": runner.get(y), "dx": runner.get(x.grad)}
     if w is not None:
-        assert rel_err(runner.get(w.grad), c["dw"]) < tol
-        assert rel_err(runner.get(b.grad), c["db"]) < tol
+        got["dw"], got["db"] = runner.get(w.grad), runner.get(b.grad)
+    ref = _reference(c, "y", "dx", "dw", "db")
+    claims.check(runner.target, got, ref, c["x"], label=name, **claims.reference_case(c))
 
 
 def test_double_backward_matches_reference(runner):
@@ -118,9 +111,12 @@ def test_double_backward_matches_reference(runner):
             numr_web.autograd.grad([y], [x], [dy], create_graph=True)
         return
     (dx,) = numr_web.autograd.grad([y], [x], [dy], create_graph=True)
-    assert rel_err(runner.get(dx), c["dx"]) < 3e-4
+    case = claims.reference_case(c)
+    claims.check(runner.target, {"dx": runner.get(dx)}, c, c["x"], **case)
     v = numr_web.Tensor(runner.put(c["v"]))
     ddx, ddw, ddy = numr_web.autograd.grad([(dx * v).sum()], [x, w, dy])
-    assert rel_err(runner.get(ddx), c["ddx"]) < 1e-3
-    assert rel_err(runner.get(ddw), c["ddw"]) < 1e-3
-    assert rel_err(runner.get(ddy), c["ddy"]) < 1e-3
+    # the second derivatives have no figures of their own: held to the first backward's (ddx and ddy
+    # to dx's, ddw to dweight's)
+    for key, like, got in (("ddx", "dx", ddx), ("ddy", "dx", ddy), ("ddw", "dw", ddw)):
+        err = claims.error(runner.get(got), c[key])
+        assert err <= claims.bound(runner.target, like, **case), (key, err)
