@@ -48,7 +48,8 @@ def _missing() -> str | None:
 def compute(n=2, c=8, hw=(4, 4), g=4, seed=0, offset=3.0, grad_mode="random", eps=EPS, affine=False, silu=False):
     """numr_web's CPU forward and backward on a known x (channel c scaled by 1 + c/4), as the kernel sends them."""
     rng = np.random.default_rng(seed)
-    x = (offset + rng.standard_normal((n, c, *hw)) * (1.0 + np.arange(c).reshape(1, c, 1, 1) * 0.25)).astype(np.float32)
+    spread = 1.0 + np.arange(c).reshape((1, c) + (1,) * len(hw)) * 0.25
+    x = (offset + rng.standard_normal((n, c, *hw)) * spread).astype(np.float32)
     w, b = np.ones(c, np.float32), np.zeros(c, np.float32)
     if affine:
         w, b = (1.0 + 0.5 * rng.standard_normal(c)).astype(np.float32), rng.standard_normal(c).astype(np.float32)
@@ -896,3 +897,22 @@ def test_a_y_that_eps_squashes_toward_zero_is_drawn_pale(page):
     assert page.evaluate(darkest, page.evaluate(FLAT, ["image-y", 2])) > 150
     mount(page, state_for(compute()))  # a y of unit size: full colours
     assert page.evaluate(darkest, page.evaluate(FLAT, ["image-y", 2])) < 120
+
+
+@pytest.mark.parametrize(
+    ("hw", "c", "g", "rows", "cols"), [((5,), 8, 4, 1, 5), ((2, 3, 3), 4, 2, 6, 3), ((), 6, 3, 1, 1)]
+)
+def test_inputs_of_any_rank_are_drawn(page, hw, c, g, rows, cols):
+    """A 1-D input draws each channel as a strip, a 3-D one as (D·H) x W tiles, one without spatial axes as cells."""
+    arrays = compute(c=c, g=g, hw=hw)
+    mount(page, state_for(arrays, selected=[1, g - 1]))
+    assert_stats_table(page, arrays)
+    geo = json.loads(page.locator('[data-testid="image-x"]').get_attribute("data-geom"))
+    assert (geo["rows"], geo["cols"], len(geo["tx"])) == (rows, cols, c)
+    last = c - 1
+    s = rows * cols - 1
+    page.mouse.move(*_canvas_point(page, "image-x", last, s))
+    tip = page.locator(".nw-tooltip").text_content()
+    got = re.search(r"x\[1, (\d+), ([\d, ]*)\] = (\S+)", tip)
+    assert got and int(got.group(1)) == last, tip
+    np.testing.assert_allclose(float(got.group(3)), arrays["x"][1, last].ravel()[s], rtol=1e-6)
