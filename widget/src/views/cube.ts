@@ -30,8 +30,8 @@ export function cubeView(store: Store): HTMLElement {
   bc.addEventListener("click", () => store.send({ num_groups: store.geo?.c ?? 1 }), { signal });
   const tbody = h("tbody"), head = h("tr"), caption = h("caption");
   const table = h("table", { class: "nw-table", "data-testid": "bn-gn" }, caption, h("thead", {}, head), tbody);
-  const bnFold = fold("BatchNorm against GroupNorm", "bn-fold", table, h("p", { class: "nw-note" }, "Change the batch size N: BatchNorm's statistics of a channel are taken over the whole batch, so they move; GroupNorm's are taken per sample, so sample 0's stay."));
-  const { el } = section("Who shares one mean and rstd (Wu & He, Figure 2)", "cube", box, h("div", { class: "nw-buttons" }, b1, bc), bnFold.el);
+  const bnFold = fold("BatchNorm against GroupNorm", "bn-fold", table, h("p", { class: "nw-note" }, "Change Batch size N (in the controls, under Batch and storage): BatchNorm's statistics of a channel are taken over the whole batch, so they move; GroupNorm's are taken per sample, so sample 0's stay."));
+  const { el } = section("Who shares statistics (Wu & He, Figure 2)", "cube", box, h("div", { class: "nw-buttons" }, b1, bc), bnFold.el);
 
   const spec = (): CubeSpec | null => {
     const geo = store.geo;
