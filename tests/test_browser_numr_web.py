@@ -20,13 +20,14 @@ tests/data/group_norm_cases.npz in three contexts:
   plus the page's Pyodide entered from a JS timer callback (``can_run_sync()`` false).
 
 Inputs go to the browser as bytes (base64 in the code) with their shape and
-dtype name; results come back as bytes.  The expected values are computed here
-on CPython by numr_web's CPU backend on NumPy arrays, and both are compared
-with the float64 references, using the reference README's tolerances
-(max |got - ref| / max(1, max |ref|)).  The channels-last case runs as NCHW from
-its C-order bytes (layouts are a NumPy/desktop concern: the NumPy-free
-``from_buffer`` takes C-order bytes); where ``from_buffer`` also takes
-``layout="nhwc"``, it runs once more from channels-last bytes.
+dtype name; results come back as bytes, and every output is held to the figures
+docs/accuracy.md gives WebGPU on lavapipe (tests/claims.py: 10x the figure of its
+case, each output against its own scale).  The channels-last case runs as NCHW
+from its C-order bytes and once more from channels-last bytes
+(``from_buffer(..., layout="nhwc")``).  tests/test_hard_inputs.py's float32 cases
+(HARD_CASES: the whole float range, NaN and constant groups, empty dimensions, eps
+beyond float32) run in the page's Pyodide the same NumPy-free way and are checked
+by the same functions as on the desktop.
 
 Needs /usr/bin/chromium (or NUMR_WEB_CHROMIUM), tests/browser/node_modules
 (``npm ci --prefix tests/browser``, run here when missing) and playwright:
@@ -46,8 +47,10 @@ import textwrap
 import time
 import zipfile
 
+import claims
 import numpy as np
 import pytest
+import test_hard_inputs as hard
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "browser"))
@@ -57,10 +60,8 @@ CASES_FILE = ROOT / "tests" / "data" / "group_norm_cases.npz"
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 # float32 NCHW, bfloat16, float16, SiLU, no affine, 3-D, 5-D, channels-last, a large mean, the SD UNet's G=32
+# (every one in a dtype WebGPU stores: it refuses float64)
 CASES = ["nchw_basic", "bf16", "fp16", "silu", "no_affine", "rank3", "rank5", "channels_last", "offset_1e3", "sd_unet"]
-FORWARD = ("y", "mean", "rstd")
-BACKWARD = ("dx", "dw", "db")
-WEBGPU_DTYPES = ("float32", "float16", "bfloat16")  # the WebGPU backend refuses float64
 CONTEXTS = {"page": True, "worker": True, "worker-nojspi": False}  # where -> can block
 
 
@@ -110,22 +111,6 @@ def _channels_last_view(a):
     return np.ascontiguousarray(a.transpose(perm)).transpose(inv)
 
 
-def _cpu_expected(fields):
-    """numr_web on the CPU (NumPy arrays): forward and backward, as float64."""
-    import numr_web
-
-    x, dy = _host_x(fields), _host_x(fields, "dy")
-    if int(fields["channels_last"]):
-        x, dy = _channels_last_view(x), _channels_last_view(dy)
-    w, b = fields.get("w"), fields.get("b")
-    G, eps = int(fields["G"]), float(fields["eps"])
-    act = "silu" if int(fields["silu"]) else None
-    y, mean, rstd = numr_web.ops.group_norm_forward(x, w, b, G, eps, activation=act)
-    dx, dw, db = numr_web.ops.group_norm_backward(dy, x, mean, rstd, w, G, bias=b, activation=act)
-    out = {"y": y, "mean": mean, "rstd": rstd, "dx": dx, "dw": dw, "db": db}
-    return {k: None if v is None else np.asarray(v).astype(np.float64) for k, v in out.items()}
-
-
 def _spec(name, fields):
     """What the browser gets: bytes (base64), shape, dtype name and the scalars."""
     x, dy = fields["x"], fields["dy"]  # bfloat16 stays as its uint16 bits: the bytes are the same
@@ -155,32 +140,14 @@ def _spec(name, fields):
 @pytest.fixture(scope="module")
 def cases():
     loaded = _load_cases()
-    try:
-        expected = {name: _cpu_expected(fields) for name, fields in loaded.items()}
-    except Exception as exc:  # the CPU side is numr_web too: say so rather than error in every test
-        pytest.fail(f"numr_web on the CPU could not compute the expected values: {type(exc).__name__}: {exc}")
-    return loaded, expected
-
-
-def _tolerance(fields, field):
-    """The reference README's tolerances: y's for y/mean/rstd, dx's for dx (and for dw/db but in plain float32)."""
-    forward = field in FORWARD
-    dtype = _dtype_name(fields)
-    if dtype == "float16":
-        return 1.5e-2 if forward else 2e-2
-    if dtype == "bfloat16":
-        return 4e-2 if forward else 6e-2
-    if np.abs(fields["mean"]).max() > 100:  # the float32 floor with a large mean
-        return 3e-3 if forward else 1e-2
-    return 3e-4 if field == "dx" else 1e-4
-
-
-def _error(got, ref):
-    return float(np.abs(got - ref).max() / max(1.0, float(np.abs(ref).max())))
+    assert all(_dtype_name(f) in ("float32", "float16", "bfloat16") for f in loaded.values())
+    return loaded
 
 
 def _decode(entry):
     """A read-back {shape, dtype, b64} as float64 NumPy."""
+    if entry is None:
+        return None
     raw = base64.b64decode(entry["b64"])
     shape = tuple(entry["shape"])
     if entry["dtype"] == "bfloat16":
@@ -224,7 +191,7 @@ def browser(wheel):
 # Python for the browser.  ``{DEF}`` is "def" or "async def", ``{AWAIT}`` "" or "await ",
 # ``{ASYNC}`` "" or "_async": the blocking forms where the context can block, else the awaitable ones.
 PROGRAM = """
-import base64, inspect, sys, traceback
+import base64, sys, traceback
 import numr_web
 import numr_web.webgpu as wg
 
@@ -240,11 +207,8 @@ def _b(s):
 
 def _inputs(c):
     shape, dt = tuple(c["shape"]), c["dtype"]
-    if c["layout"] == "nchw":
-        x, dy = wg.from_buffer(_b(c["x"]), shape, dt), wg.from_buffer(_b(c["dy"]), shape, dt)
-    else:
-        x = wg.from_buffer(_b(c["x"]), shape, dt, layout=c["layout"])
-        dy = wg.from_buffer(_b(c["dy"]), shape, dt, layout=c["layout"])
+    x = wg.from_buffer(_b(c["x"]), shape, dt, layout=c["layout"])
+    dy = wg.from_buffer(_b(c["dy"]), shape, dt, layout=c["layout"])
     w = wg.from_buffer(_b(c["w"]), (shape[1],), "float32") if c["w"] is not None else None
     b = wg.from_buffer(_b(c["b"]), (shape[1],), "float32") if c["b"] is not None else None
     return x, dy, w, b
@@ -307,17 +271,11 @@ def _inputs(c):
     return out
 
 
-{DEF} _case(c):
-    if c["layout"] != "nchw" and "layout" not in inspect.signature(wg.from_buffer).parameters:
-        return {{"skipped": "from_buffer takes no layout: channels-last arrays are not available without NumPy"}}
-    return {AWAIT}_stages(c)
-
-
 {DEF} run_all(specs):
     res = {{}}
     for c in specs:
         try:
-            res[c["name"]] = {AWAIT}_case(c)
+            res[c["name"]] = {AWAIT}_stages(c)
         except Exception:
             res[c["name"]] = {{"error": traceback.format_exc()}}
     return res
@@ -377,8 +335,7 @@ def _program(blocking, *parts):
 @pytest.fixture(scope="module")
 def results(browser, cases):
     """Runs every case once per context (on first use) and keeps what came back."""
-    loaded, _ = cases
-    specs = [s for name, fields in loaded.items() for s in _spec(name, fields) if s["dtype"] in WEBGPU_DTYPES]
+    specs = [s for name, fields in cases.items() for s in _spec(name, fields)]
     done = {}
 
     def get(where):
@@ -463,19 +420,15 @@ STAGES = {
 
 
 def _check_stage(results, cases, where, name, stage):
-    loaded, expected = cases
     base = name.split("/")[0]
-    fields, cpu = loaded[base], expected[base]
-    if _dtype_name(fields) not in WEBGPU_DTYPES:
-        pytest.skip(f"{_dtype_name(fields)}: the WebGPU backend refuses it")
-    got = results(where)["cases"][name]
-    if "skipped" in got:
-        pytest.skip(got["skipped"])
-    got = got[stage]
+    fields = cases[base]
+    got = results(where)["cases"][name][stage]
     assert "error" not in got, f"{where} {name} {stage} raised in the browser:\n{got['error']}"
     dtype = _dtype_name(fields)
     affine = "w" in fields
-    failures = []
+    x = _decode({"b64": _b64(fields["x"]), "shape": list(fields["x"].shape), "dtype": dtype})
+    case = claims.reference_case(fields, layout="nhwc" if name.endswith("/nhwc") else "nchw")
+    errors = {}
     for key, field in STAGES[stage].items():
         if field in ("dw", "db") and not affine:
             assert got.get(key) is None, f"{key}: expected None without an affine, got {got.get(key)}"
@@ -484,19 +437,15 @@ def _check_stage(results, cases, where, name, stage):
         want_dtype = dtype if field in ("y", "dx") else "float32"
         assert entry["dtype"] == want_dtype, (key, entry["dtype"], want_dtype)
         assert tuple(entry["shape"]) == ref.shape, (key, entry["shape"], ref.shape)
-        value = _decode(entry)
-        tol = _tolerance(fields, field)
-        to_ref, to_cpu = _error(value, ref), _error(value, cpu[field])
-        if not (np.isfinite(value).all() and to_ref <= tol and to_cpu <= tol):
-            failures.append(f"{key}: error {to_ref:.3g} to the reference, {to_cpu:.3g} to numr_web's CPU (tol {tol})")
-    assert not failures, f"{where} {name} ({dtype}) {stage}:\n" + "\n".join(failures)
-    return got
+        # lavapipe's figures: 10x the claim for the case, on the output's own scale (the mean on max |x|)
+        errors[key] = claims.check("browser", {field: _decode(entry)}, fields, x, label=f"{where} {name} {key}", **case)
+    return got, errors
 
 
 @pytest.mark.parametrize("where,name", list(_case_params()))
 def test_forward_in_browser(results, cases, where, name):
     """ops.group_norm_forward and group_norm on WebGPU arrays: y, mean, rstd against the CPU and the reference."""
-    got = _check_stage(results, cases, where, name, "forward")
+    got, _ = _check_stage(results, cases, where, name, "forward")
     assert got["repr_y"].startswith("WebGPUArray(")
 
 
@@ -509,7 +458,7 @@ def test_backward_in_browser(results, cases, where, name):
 @pytest.mark.parametrize("where,name", list(_case_params()))
 def test_autograd_in_browser(results, cases, where, name):
     """First-order autograd: Tensor.backward with an upstream gradient, and autograd.grad of a scalar loss."""
-    got = _check_stage(results, cases, where, name, "autograd")
+    got, _ = _check_stage(results, cases, where, name, "autograd")
     assert got["loss_shape"] == []
 
 
@@ -591,6 +540,110 @@ def test_callback_context(browser):
     assert res["repr"].startswith("WebGPUArray(")
     assert res["tobytes"].startswith("BlockingUnavailable: ") and "tobytes_async" in res["tobytes"], res["tobytes"]
     _check_small(res["y"])
+
+
+# -- tests/test_hard_inputs.py's float32 cases, NumPy-free in the page ---------------------------------
+
+HARD_PROGRAM = """
+import base64, traceback
+import numr_web
+import numr_web.webgpu as wg
+
+
+def _arr(spec):
+    if spec is None:
+        return None
+    raw = base64.b64decode(spec["b64"])
+    return wg.from_buffer(raw, tuple(spec["shape"]), "float32", layout=spec["layout"])
+
+
+def _read(a):
+    if a is None:
+        return None
+    return {"shape": list(a.shape), "dtype": str(a.dtype), "b64": base64.b64encode(a.tobytes()).decode()}
+
+
+res = {}
+for name, p in PROBLEMS.items():
+    try:
+        x, dy, w, b = (_arr(p[k]) for k in ("x", "dy", "w", "b"))
+        y, mean, rstd = numr_web.ops.group_norm_forward(x, w, b, p["G"], p["eps"], activation=p["act"])
+        dx, dw, db = numr_web.ops.group_norm_backward(dy, x, mean, rstd, w, p["G"], bias=b, activation=p["act"])
+        outs = (y, mean, rstd, dx, dw, db)
+        res[name] = {k: _read(a) for k, a in zip(("y", "mean", "rstd", "dx", "dw", "db"), outs)}
+    except Exception:
+        res[name] = {"error": traceback.format_exc()}
+res
+"""
+
+
+def _bytes_spec(a, layout="nchw"):
+    """An array's bytes in memory order for ``from_buffer`` (channels-last: (N, *spatial, C))."""
+    if a is None:
+        return None
+    a = np.asarray(a, np.float32)
+    phys = a.transpose(0, *range(2, a.ndim), 1) if layout == "nhwc" else a
+    return {"b64": _b64(phys), "shape": list(a.shape), "layout": layout}
+
+
+@pytest.fixture(scope="module")
+def hard_results(browser):
+    """Every problem of every float32 hard case, run once in the page's Pyodide."""
+    problems = {name: hard.hard_problems_of(name) for name in hard.HARD_CASES}
+    specs = {
+        f"{name}/{key}": {
+            "x": _bytes_spec(p.x, p.layout),
+            "dy": _bytes_spec(p.dy, p.layout),
+            "w": _bytes_spec(p.weight),
+            "b": _bytes_spec(p.bias),
+            "G": p.groups,
+            "eps": p.eps,
+            "act": p.activation,
+        }
+        for name, by_key in problems.items()
+        for key, p in by_key.items()
+    }
+    assert all(p.x.dtype == np.float32 for by_key in problems.values() for p in by_key.values())
+    t0 = time.perf_counter()
+    results = browser.py(f"PROBLEMS = {specs!r}\n" + HARD_PROGRAM, where="page", timeout_ms=240_000)
+    print(f"hard cases: {len(specs)} problems in {time.perf_counter() - t0:.1f} s")
+    return problems, results
+
+
+# Chromium's WebGPU (SwiftShader) where the float32 sums of a group overflow: dx loses its digits and a
+# subnormal rstd (~3e-39 at +-3e38) comes back 0, as from a flush of subnormal intermediates, which
+# lavapipe keeps (measured: dx 7.7e-4 at 1e35, 6.2e-2 at 1e37, 0.9 and rstd 0 at +-3e38, both layouts).
+# Expected failures, strict: once the kernels keep these there too, the run fails until this goes.
+SWIFTSHADER_FAILS = {
+    "sums_overflow-nchw-1e+35": "dx 7.7e-4",
+    "sums_overflow-nhwc-1e+35": "dx 7.7e-4",
+    "sums_overflow-nchw-1e+37": "dx 6.2e-2",
+    "sums_overflow-nhwc-1e+37": "dx 6.2e-2",
+    "near_float32_max-nchw": "dx 0.9, rstd 0",
+    "near_float32_max-nhwc": "dx 0.9, rstd 0",
+}
+
+
+def _hard_params():
+    assert set(SWIFTSHADER_FAILS) <= set(hard.HARD_CASES)
+    for name in hard.HARD_CASES:
+        why = SWIFTSHADER_FAILS.get(name)
+        marks = [pytest.mark.xfail(raises=AssertionError, strict=True, reason=f"SwiftShader: {why}")] if why else []
+        yield pytest.param(name, marks=marks, id=name)
+
+
+@pytest.mark.parametrize("name", list(_hard_params()))
+def test_hard_case_in_browser(hard_results, name):
+    """A hard case of tests/test_hard_inputs.py through from_buffer and tobytes on the browser's WebGPU,
+    checked by that module's own check (the exact-rational oracle, lavapipe's figures)."""
+    problems, results = hard_results
+    outs = {}
+    for key, p in problems[name].items():
+        got = results[f"{name}/{key}"]
+        assert "error" not in got, f"{name}/{key} raised in the browser:\n{got['error']}"
+        outs[key] = {k: _decode(v) for k, v in got.items()}
+        assert outs[key]["y"].shape == p.x.shape and got["y"]["dtype"] == "float32", (key, got["y"])
+    hard.HARD_CASES[name][1]("browser", problems[name], outs)
 
 
 def test_offline(browser):
