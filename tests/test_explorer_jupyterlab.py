@@ -330,6 +330,7 @@ def test_explorer_in_jupyterlab(tmp_path):
                 "dy = explorer.decode()['dy'][1]\n"
                 "painted = [i for i, v in enumerate(paint) if v]\n"
                 "print('paint', explorer.grad_mode, len(paint), painted, sum(dy), explorer.status)",
+                "print('version', explorer.results_meta['version'], explorer.grad_mode, explorer.status)",
             ],
         )
         # a laptop's screen: the core views must be seen together there
@@ -425,3 +426,19 @@ def _drive(page, url, want, tmp_path):
     _wait_redraw(page, version)
     want_idx = [1 * 64 + s for s in range(4)]
     assert _run_cell(page, 2) == f"paint painted 1024 {want_idx} 8.0 ok"  # dy of both samples
+
+    # a preset sets several traits (dy_paint as binary among them) in one message: the kernel recomputes once
+    page.select_option('[data-testid="grad-mode"]', "random")
+    page.wait_for_function("() => document.querySelector('[data-testid=\"paint-note\"]') === null")
+    before = int(_run_cell(page, 3).split()[1])
+    version = page.evaluate(DRAWN)
+    page.locator('[data-testid="preset-paint"]').click()
+    _wait_redraw(page, version)
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(3)
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Shift+Enter")
+    page.wait_for_function(
+        f"() => document.querySelectorAll('.jp-Notebook .jp-Cell')[3].innerText.includes('version {before + 1} ')"
+    )
+    assert cell.locator(".jp-OutputArea-output").inner_text().strip() == f"version {before + 1} painted ok"
+    assert "dy = 1 on a patch of channel 0" in page.locator('[data-testid="lesson"]').inner_text()
