@@ -1,6 +1,6 @@
 // The selected sample as images: x, y, dy and dx, each channel a tile, the selected group outlined. Clicking an
 // element follows it in the worked example; in the "painted" mode dragging on dy paints the upstream gradient.
-import { scaleOf, type Scale } from "../color";
+import { scaleOf } from "../color";
 import { arrowKeys, fmt, h, sizeCanvas } from "../dom";
 import { dxZero, zeroSentence } from "../numerics";
 import { sampleValues, type Store } from "../store";
@@ -24,8 +24,6 @@ export interface Picture {
   canvas: HTMLCanvasElement;
   caption: HTMLElement;
   tiles: Tiles | null;
-  vals: ArrayLike<number> | null;
-  scale: Scale | null;
 }
 
 /** The values image `name` shows for sample n (dx: a group whose dx is zero up to rounding is drawn as 0). */
@@ -50,7 +48,6 @@ export function drawPicture(store: Store, p: Picture, name: string, label: strin
   if (geo === null) return;
   const [n, g] = store.sel();
   const got = valuesOf(store, name, n);
-  p.vals = got?.vals ?? null;
   if (got === null) {
     p.tiles = null;
     sizeCanvas(p.canvas, 1, 1);
@@ -64,7 +61,6 @@ export function drawPicture(store: Store, p: Picture, name: string, label: strin
   const w = store.results.get("weight")?.data;
   const span = name === "y" ? 4 * Math.max(1, ...(w ? Array.from(w, Math.abs) : [1])) : 0;
   const sc = scaleOf(got.vals, got.noise, name === "dx" || name === "dy", span);
-  p.scale = sc;
   if (ctx) {
     drawTiles(ctx, t, geo.c, got.vals, (v) => sc.words[sc.index(v)] ?? 0);
     drawMarks(ctx, t, geo.cg, g, store.element());
@@ -127,7 +123,7 @@ export function imagesView(store: Store): HTMLElement {
   for (const [name, label] of NAMES) {
     const canvas = h("canvas", { class: "nw-image", role: "img", tabindex: "0", "data-testid": `image-${name}`, "aria-label": label });
     const caption = h("figcaption", {});
-    const p: Picture = { canvas, caption, tiles: null, vals: null, scale: null };
+    const p: Picture = { canvas, caption, tiles: null };
     pictures.set(name, p);
     grid.append(h("figure", { class: "nw-figure" }, canvas, caption));
     listen(store, p, name);
