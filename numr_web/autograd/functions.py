@@ -22,6 +22,17 @@ def _xp(array, what):
     return be.xp
 
 
+def _device_method(array, what):
+    """The array's own kernel ``what`` (WebGPUArray.sigmoid, .exp) where its backend has no
+    array namespace, else None (NumPy and CuPy go through ``xp``)."""
+    if backend_for(array).xp is not None:
+        return None
+    method = getattr(array, what, None)
+    if method is None:
+        _xp(array, what)  # raises NotImplementedError naming the backend
+    return method
+
+
 def sum_to(g: Tensor, shape) -> Tensor:
     """Sum ``g`` over the axes that broadcasting added or stretched, down to ``shape``."""
     shape = tuple(shape)
@@ -172,6 +183,8 @@ class BroadcastTo(Function):
         be = backend_for(a)
         if be.xp is not None:
             return be.xp.broadcast_to(a, like.shape).copy()
+        if hasattr(be, "broadcast_to"):  # WebGPU: one copy kernel with stride-0 axes
+            return be.broadcast_to(a, like.shape)
         return a + be.full_like(like, 0)
 
     @staticmethod
@@ -222,7 +235,8 @@ class Exp(Function):
 
     @staticmethod
     def forward(ctx, a):
-        return _xp(a, "exp").exp(a)
+        own = _device_method(a, "exp")
+        return own() if own is not None else _xp(a, "exp").exp(a)
 
     @staticmethod
     def backward(ctx, g):
@@ -239,6 +253,9 @@ class Sigmoid(Function):
 
     @staticmethod
     def forward(ctx, a):
+        own = _device_method(a, "sigmoid")
+        if own is not None:
+            return own()
         xp = _xp(a, "sigmoid")
         with _quiet(xp):
             return 1 / (1 + xp.exp(-a))

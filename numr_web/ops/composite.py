@@ -13,8 +13,9 @@ recomputation) and whose derivatives with respect to x are exact:
 
     d mean / d x_i = 1 / M,      d rstd / d x_i = -rstd^3 (x_i - mean) / M
 
-so differentiating the result again (any order) is exact too.  It runs on any
-backend with an array namespace (NumPy, CuPy): one implementation for both.
+so differentiating the result again (any order) is exact too.  One implementation
+for every backend: NumPy and CuPy through their array namespace, WebGPU through
+WebGPUArray's kernels (elementwise, sigmoid, broadcast, sums: WGSL, no NumPy).
 """
 
 from __future__ import annotations
@@ -81,19 +82,28 @@ class GroupRstd(Function):
         return (coef * ((x4 - mean_t.reshape(mean_t.shape + (1, 1))) * r4) * r4, None, None)
 
 
-def group_norm_backward_composite(gy, x_t, w_t, b_t, mean, rstd, num_groups, activation):
-    be = backend_for(x_t.data)
-    if be.xp is None:
+def _in_dtype(be, array, dtype):
+    """The saved statistic ``array`` as an array of ``dtype`` on its backend: ``xp.asarray`` (NumPy,
+    CuPy), else the backend's own ``asarray`` (WebGPU: itself, or a conversion kernel)."""
+    if be.xp is not None:
+        return be.xp.asarray(array, dtype=dtype)
+    convert = getattr(be, "asarray", None)
+    if convert is None:
         raise NotImplementedError(
             f"double backward of group_norm is not implemented on the {be.device!r} backend; "
-            "the 'cpu' and 'cuda' backends have it (move the tensors with numr_web.to_device)"
+            "the 'cpu', 'cuda' and 'webgpu' backends have it (move the tensors with numr_web.to_device)"
         )
+    return convert(array, dtype)
+
+
+def group_norm_backward_composite(gy, x_t, w_t, b_t, mean, rstd, num_groups, activation):
+    be = backend_for(x_t.data)
     ct = GROUP_NORM.compute_dtype(x_t.dtype)
     n, g, cpg, s = _group_shape(x_t.shape, num_groups)
     x4 = x_t.astype(ct).reshape(n, g, cpg, s)
     dy4 = gy.astype(ct).reshape(n, g, cpg, s)
-    mean_t = GroupMean.apply(x4, be.xp.asarray(mean, dtype=ct))
-    rstd_t = GroupRstd.apply(x4, mean_t, be.xp.asarray(rstd, dtype=ct))
+    mean_t = GroupMean.apply(x4, _in_dtype(be, mean, ct))
+    rstd_t = GroupRstd.apply(x4, mean_t, _in_dtype(be, rstd, ct))
     r4 = rstd_t.reshape(n, g, 1, 1)
     xhat = (x4 - mean_t.reshape(n, g, 1, 1)) * r4
     w4 = w_t.astype(ct).reshape(1, g, cpg, 1) if w_t is not None else None

@@ -255,6 +255,18 @@ class WebGPUArray:
     def __pos__(self):
         return self
 
+    def sigmoid(self):
+        """1 / (1 + exp(-a)), elementwise (float32 arithmetic, stored in this dtype)."""
+        from numr_web.backends.webgpu import array_kernels
+
+        return array_kernels.unary(self, "sigmoid")
+
+    def exp(self):
+        """exp(a), elementwise (float32 arithmetic, stored in this dtype)."""
+        from numr_web.backends.webgpu import array_kernels
+
+        return array_kernels.unary(self, "exp")
+
     # -- reductions and shape --------------------------------------------------------
     def sum(self, axis=None, keepdims=False, dtype=None):
         from numr_web.backends.webgpu import array_kernels

@@ -12,7 +12,7 @@ from numr_web.memory_layout import contiguous_strides, memory_order
 
 BINARY = {"add": 0, "sub": 1, "mul": 2, "div": 3, "pow": 4}
 SCALAR = {"add": 10, "sub": 11, "rsub": 12, "mul": 13, "div": 14, "rdiv": 15, "pow": 16, "rpow": 17}
-UNARY = {"neg": 20, "copy": 21, "fill": 22}
+UNARY = {"neg": 20, "copy": 21, "fill": 22, "sigmoid": 23, "exp": 24}
 
 
 def empty(ctx, shape, dtype, strides=None) -> WebGPUArray:
@@ -135,6 +135,26 @@ def unary(a: WebGPUArray, name: str) -> WebGPUArray:
     ctx = a.ctx
     _check_binding(ctx, a)
     return _elementwise(ctx, UNARY[name], empty_like(a), a, None)
+
+
+def broadcast_to(a: WebGPUArray, shape) -> WebGPUArray:
+    """A new C-ordered array of ``shape`` holding ``a`` broadcast to it (NumPy's rules: ``a``'s
+    axes align with the last ones of ``shape``, an extent 1 stretches)."""
+    shape = tuple(int(n) for n in shape)
+    if len(shape) < a.ndim or broadcast_shape(a.shape, shape) != shape:
+        raise ValueError(f"shape: cannot broadcast an array of shape {a.shape} to {shape}")
+    ctx = a.ctx
+    _check_binding(ctx, a)
+    y = empty(ctx, shape, a.dtype)
+    if y.size == 0:
+        return y
+    _check_binding(ctx, y)
+    if a.shape == shape and a.is_c_contiguous:
+        return _elementwise(ctx, UNARY["copy"], y, a, None)
+    rank = len(shape)
+    return _elementwise(
+        ctx, UNARY["copy"], y, a, None, 0.0, shape or (1,), _bstrides(a, shape) or [0], [0] * max(rank, 1)
+    )
 
 
 def fill_like(a: WebGPUArray, value) -> WebGPUArray:

@@ -56,8 +56,9 @@ def _lost_guard(fn=None, *, retry=False):
 class WebGPUBackend(Backend):
     name = "webgpu"
     device = "webgpu"
-    #: no array namespace: double backward (the differentiable composite) is
-    #: not available on WebGPU; autograd says to use the cpu or cuda device.
+    #: no array namespace: every array operation is a WGSL kernel of WebGPUArray; autograd's
+    #: primitives (and the double backward, ops/composite.py) use its methods and the
+    #: backend's broadcast_to / asarray / full_like instead
     xp = None
 
     # -- discovery -------------------------------------------------------------
@@ -171,6 +172,18 @@ class WebGPUBackend(Backend):
     @_lost_guard
     def full_like(self, array, value):
         return array_kernels.fill_like(array, value)
+
+    @_lost_guard
+    def broadcast_to(self, array, shape):
+        """A new array of ``shape`` holding ``array`` broadcast to it (autograd's BroadcastTo)."""
+        return array_kernels.broadcast_to(array, shape)
+
+    @_lost_guard
+    def asarray(self, array, dtype):
+        """``array`` in ``dtype``: itself when it has it, else a converted copy (the double
+        backward's saved statistics in the compute dtype)."""
+        dt = as_dtype(dtype)
+        return array if array.dtype == dt else array_kernels.convert(array, dt)
 
 
 BACKEND = WebGPUBackend()

@@ -3,7 +3,8 @@
 // with one shared layout, so element i of each is at i (vec4 fast path).
 // meta: [count, op, rank, scalar (f32 bits), shape[rank], a_strides[rank], b_strides[rank]]
 // (strides in elements).  Ops: 0 a+b 1 a-b 2 a*b 3 a/b 4 a**b
-// 10 a+s 11 a-s 12 s-a 13 a*s 14 a/s 15 s/a 16 a**s 17 s**a 20 -a 21 a (copy, astype) 22 s (fill)
+// 10 a+s 11 a-s 12 s-a 13 a*s 14 a/s 15 s/a 16 a**s 17 s**a 20 -a 21 a (copy, astype, broadcast_to) 22 s (fill)
+// 23 sigmoid(a) 24 exp(a) (the formulas of the GroupNorm kernels' SiLU and NumPy's: 1 / (1 + exp(-a)))
 @group(0) @binding(0) var<storage, read> A: array<ST_A>;
 @group(0) @binding(1) var<storage, read> B: array<ST_B>;
 @group(0) @binding(2) var<storage, read_write> Y: array<ST_Y>;
@@ -43,6 +44,8 @@ fn op4(a: vec4<f32>, b: vec4<f32>, code: u32, s: f32) -> vec4<f32> {
     case 17u: { return vec4<f32>(powf(s, a.x), powf(s, a.y), powf(s, a.z), powf(s, a.w)); }
     case 20u: { return -a; }
     case 22u: { return vec4<f32>(s); }
+    case 23u: { return 1.0 / (1.0 + exp(-a)); }
+    case 24u: { return exp(a); }
     default: { return a; }
   }
 }
