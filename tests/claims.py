@@ -222,6 +222,22 @@ def bound(target, output, **case):
 # -- measuring as scripts/accuracy does ----------------------------------------------------------------
 
 
+def named(arrays):
+    """The six outputs in the order the ops return them (y, mean, rstd, dx, dw, db), by name."""
+    return dict(zip(("y", "mean", "rstd", "dx", "dw", "db"), arrays))
+
+
+def reference(x, groups, weight=None, bias=None, dy=None, eps=1e-5, activation=None):
+    """tests/oracle.py's float64 outputs, as the dict check() takes (the backward's where dy is given)."""
+    from oracle import backward, forward
+
+    y, mean, rstd = forward(x, groups, weight, bias, eps, activation)
+    out = {"y": y, "mean": mean, "rstd": rstd}
+    if dy is not None:
+        out["dx"], out["dw"], out["db"] = backward(dy, x, groups, weight, bias, eps, activation)
+    return out
+
+
 def error(got, ref, scale=None):
     """max |got - ref| / scale (default max |ref|), NaN-aware: NaN must stand where ref has NaN."""
     got = np.asarray(got, dtype=np.float64)
