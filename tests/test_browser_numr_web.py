@@ -704,5 +704,27 @@ def test_browser_bench_runs(wheel):
     assert "float32" in printed[0] and "bfloat16" in printed[1] and "run 2/2" in out.stdout, out.stdout
 
 
+def test_browser_bench_times_the_layout_asked_for(wheel):
+    """README's browser rows come from `scripts/browser-bench --layout both ...`: --layout nhwc times
+    channels-last input (rows say so) and nothing else."""
+    if pb.prerequisites():
+        _missing(pb.prerequisites())
+    out_json = wheel.parent / "bench-nhwc.json"
+    argv = "--shapes 1,64,16,16,8 --repeat 2 --runs 1 --dtype float32 --layout nhwc".split()
+    argv += ["--wheel", str(wheel), "--json", str(out_json)]
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "browser-bench"), *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = json.loads(out_json.read_text())["rows"]
+    assert [(r["layout"], r["dtype"], r["shape"]) for r in rows] == [("nhwc", "float32", [1, 64, 16, 16])], rows
+    assert rows[0]["forward_ms"] > 0 and (rows[0]["backward_ms"] or 0) > 0, rows
+    printed = [line for line in out.stdout.splitlines() if line.startswith("1,64,16,16 G=8 ")]
+    assert len(printed) == 1 and "nhwc" in printed[0] and "nchw" not in printed[0], out.stdout
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-v"]))

@@ -1,9 +1,12 @@
-"""The console script: info, demo and bench run and print what they promise."""
+"""The console script: info, demo, warmup and bench run and print what they promise; the environment
+variables README.md and docs/*.md document (CI, NUMR_WEB_CPU_PATH, NUMBA_NUM_THREADS, NUMBA_CACHE_DIR) do
+what they say."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -209,6 +212,19 @@ def test_warmup_fills_the_kernel_cache_for_later_processes(tmp_path):
     assert "float32   nchw" in warm.stdout and "float32   nhwc" in warm.stdout
     later = subprocess.run([sys.executable, "-c", COUNT_COMPILES], capture_output=True, text=True, timeout=900, env=env)
     assert later.returncode == 0, f"kernels compiled after the warm-up: {later.stdout}{later.stderr}"
+    # docs/cpu.md: NUMBA_CACHE_DIR moves the cache (the package's __pycache__ would also serve `later`)
+    assert list(tmp_path.rglob("*.nbi")) and list(tmp_path.rglob("*.nbc")), sorted(tmp_path.rglob("*"))[:10]
+
+
+def test_warmup_compiles_only_the_dtypes_and_layouts_asked_for():
+    """docs/cpu.md: `numr-web warmup [--dtype D ...] [--layout nchw|nhwc|both]`: one line per family it compiled."""
+    from conftest import require_target
+
+    require_target("cpu-fused")
+    out = run("warmup", "--dtype", "float32", "--dtype", "float64", "--layout", "nchw")
+    assert out.returncode == 0, out.stderr
+    families = [line.split(":")[0].split() for line in out.stdout.splitlines() if re.match(r"\w+ +n(ch|hw)[wc]:", line)]
+    assert families == [["float32", "nchw"], ["float64", "nchw"]], out.stdout
 
 
 # -- bad flags: one argparse line naming the flag and what it takes, exit 2, before any work (issue 16)
@@ -323,3 +339,98 @@ def test_bench_compare_torch_runs_for_every_dtype(tmp_path, dtype, layout):
     assert row["dtype"] == dtype and row["layout"] == layout, row
     assert row["torch_fwd_ms"] > 0 and row["torch_bwd_ms"] > 0 and row["total_vs_torch"] > 0, row
     assert "compared with torch" in out.stdout
+
+
+# -- the environment variables README.md and docs/*.md document (issue 29) ------------------------------
+def _python(code, **env):
+    """A child Python in the repository root, with ``env`` (None: removed) over this environment."""
+    full = dict(os.environ)
+    for key, value in env.items():
+        if value is None:
+            full.pop(key, None)
+        else:
+            full[key] = value
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=full, cwd=root)
+
+
+INFO = "import sys; from numr_web.cli import main; sys.exit(main(['info']))"
+REQUIRE_FUSED_WITHOUT_NUMBA = """
+import sys
+sys.modules["numba"] = None  # Numba cannot be imported: the fused path is missing
+sys.path.insert(0, "tests")
+import conftest
+try:
+    conftest.require_target("cpu-fused")
+except BaseException as exc:
+    print(type(exc).__name__)
+else:
+    print("usable")
+"""
+
+
+CI_VALUES = [("true", "Failed"), ("TRUE", "Failed"), (None, "Skipped"), ("1", "Skipped")]
+
+
+@pytest.mark.parametrize("value, outcome", CI_VALUES)
+def test_ci_makes_a_missing_component_fail_instead_of_skip(value, outcome):
+    """README: under CI=true (any case) a missing adapter, browser or Numba fails the run instead of skipping."""
+    out = _python(REQUIRE_FUSED_WITHOUT_NUMBA, CI=value)
+    assert out.returncode == 0 and out.stdout.strip() == outcome, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("value, path", [("numpy", "numpy"), ("fused", "fused"), (" NumPy ", "numpy")])
+def test_the_cpu_path_variable_sets_the_path_of_every_call(value, path):
+    """README: NUMR_WEB_CPU_PATH sets the CPU path (docs/cpu.md: numpy|fused|auto), and `numr-web info` says
+    which path is active."""
+    from conftest import require_target
+
+    require_target("cpu-fused")
+    code = "from numr_web.backends import get_backend; print(get_backend('cpu').active_path())"
+    out = _python(code, NUMR_WEB_CPU_PATH=value)
+    assert out.returncode == 0 and out.stdout.strip() == path, out.stdout + out.stderr
+    info = _python(INFO, NUMR_WEB_CPU_PATH=value)
+    assert info.returncode == 0 and f"cpu path: {path}\n" in info.stdout, info.stdout
+
+
+def test_a_bad_cpu_path_variable_is_named_in_the_error():
+    code = "import numpy as np, numr_web\nnumr_web.group_norm(np.ones((1, 2, 2), np.float32), 1)"
+    out = _python(code, NUMR_WEB_CPU_PATH="quick")
+    assert out.returncode != 0
+    assert "ValueError: NUMR_WEB_CPU_PATH: expected one of ('auto', 'numpy', 'fused'), got 'quick'" in out.stderr
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_numba_num_threads_sets_the_fused_path_threads(threads):
+    """docs/cpu.md: the fused kernels run on Numba's threads, all cores unless NUMBA_NUM_THREADS (or
+    numba.set_num_threads) says otherwise; `numr-web info` reports them."""
+    from conftest import require_target
+
+    require_target("cpu-fused")
+    if int(threads) > CORES:
+        pytest.fail(f"this test needs {threads} cores, the machine has {CORES}")
+    out = _python(INFO, NUMBA_NUM_THREADS=threads)
+    assert out.returncode == 0 and f"numba threads: {threads}\n" in out.stdout, out.stdout
+
+
+def test_bench_threads_sets_numba_and_torch_threads():
+    """`numr-web bench --threads N` (README, docs/benchmarks.md): numr_web's fused kernels and torch both
+    run on N threads (torch's part where torch is installed; it is not in the dev extra)."""
+    import importlib.util
+
+    from conftest import require_target
+
+    require_target("cpu-fused")
+    compare = ["--compare", "torch"] if importlib.util.find_spec("torch") else []
+    argv = ["bench", "--quick", "--cpu-path", "fused", "--threads", "1", "--shapes", "1,8,4,4,2", "--repeat", "1"]
+    code = (
+        "import sys\nfrom numr_web.cli import main\n"
+        f"rc = main({argv + compare!r})\n"
+        "import numba\nprint('numba threads', numba.get_num_threads())\nsys.exit(rc)"
+    )
+    # OPENBLAS_NUM_THREADS=1: no re-execution, so the threads asked for are this process's
+    out = _python(code, OPENBLAS_NUM_THREADS="1", NUMBA_NUM_THREADS=None, NUMR_WEB_BENCH_NO_REEXEC="1")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.rstrip().endswith("numba threads 1"), out.stdout
+    if compare:
+        assert ", 1 threads" in out.stdout, out.stdout

@@ -23,7 +23,6 @@ from functools import partial
 import claims
 import numpy as np
 import pytest
-from conftest import Runner, require_target
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracle import channels_last
@@ -399,46 +398,13 @@ def run_hard_case(runner, name):
     return problems, outs
 
 
-def _names(prefix):
-    return [n for n in HARD_CASES if n.startswith(prefix + "-")]
-
-
-@pytest.mark.parametrize("name", _names("large_magnitudes"))
-def test_backward_at_large_magnitudes(runner, name):
+@pytest.mark.parametrize("name", [n for n in HARD_CASES if not n.startswith("eps_beyond-")])
+def test_hard_case(runner, name):
+    """A float32 hard case (HARD_CASES; each builder's comment says what it holds) checked by its check."""
     run_hard_case(runner, name)
 
 
-@pytest.mark.parametrize("name", _names("sums_overflow"))
-def test_group_sums_that_overflow_float32(runner, name):
-    run_hard_case(runner, name)
-
-
-@pytest.mark.parametrize("name", _names("near_float32_max"))
-def test_values_near_float32_max(runner, name):
-    run_hard_case(runner, name)
-
-
-@pytest.mark.parametrize("name", _names("tiny_spread"))
-def test_eps_zero_with_tiny_spread(runner, name):
-    run_hard_case(runner, name)
-
-
-@pytest.mark.parametrize("name", _names("nan_group"))
-def test_nan_group_saves_nan_statistics(runner, name):
-    run_hard_case(runner, name)
-
-
-@pytest.mark.parametrize("name", _names("constant_group"))
-def test_constant_group_with_eps_zero(runner, name):
-    run_hard_case(runner, name)
-
-
-@pytest.mark.parametrize("name", _names("empty"))
-def test_empty_dimensions(runner, name):
-    run_hard_case(runner, name)
-
-
-@pytest.mark.parametrize("name", _names("eps_beyond"))
+@pytest.mark.parametrize("name", [n for n in HARD_CASES if n.startswith("eps_beyond-")])
 def test_eps_beyond_float32(runner, name):
     problems, _ = run_hard_case(runner, name)
     if runner.device != "webgpu":  # WebGPU holds no float64: float64 keeps eps as it is
@@ -448,23 +414,13 @@ def test_eps_beyond_float32(runner, name):
 
 
 # 4. float64 beyond the square root of its range (not on WebGPU, which holds no float64)
-@pytest.fixture(params=["cpu-numpy", "cpu-fused", "cuda"])
-def runner64(request):
-    require_target(request.param)
-    r = Runner(request.param)
-    if r.path is None:
-        yield r
-        return
-    with get_backend("cpu").using_path(r.path):
-        yield r
-
-
+@pytest.mark.parametrize("runner", ["cpu-numpy", "cpu-fused", "cuda"], indirect=True)
 @pytest.mark.parametrize("scale", [1e160, 1e200, 1e300, 1e-300])
 @pytest.mark.parametrize("layout", ["nchw", "nhwc"])
-def test_float64_huge_and_tiny(runner64, rng, scale, layout):
+def test_float64_huge_and_tiny(runner, rng, scale, layout):
     x, dy = _problem(rng, (2, 4, 3, 3), scale, np.float64)
     p = Problem(x, 2, 0.0 if scale < 1 else 1e-5, dy, layout=layout)
-    check_exact(runner64.target, {"": p}, {"": _call(runner64, p)})
+    check_exact(runner.target, {"": p}, {"": _call(runner, p)})
 
 
 # -- the whole range, as a property ----------------------------------------------------------

@@ -10,8 +10,11 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 SCRIPTS = pathlib.Path(__file__).resolve().parent.parent / "scripts"
 NUMBER = r"\d+\.\d+"
+IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
 def _run(name, *args):
@@ -373,3 +376,49 @@ def test_webgpu_plans_prints_every_plan_per_shape():
         assert odd[i].endswith(f"({plan}=fused)"), odd
     bad = _run("webgpu-plans", "--shapes", "2,3,4")
     assert bad.returncode == 2 and "--shapes" in bad.stderr
+
+
+def test_webgpu_plans_times_the_dtype_asked_for():
+    """docs/webgpu.md: `scripts/webgpu-plans --dtype float16 ...` times float16 storage."""
+    from conftest import require_target
+
+    require_target("webgpu")
+    out = _run("webgpu-plans", "--shapes", "2,16,8,8,4", "--dtype", "float16", "--rounds", "1")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0].endswith("; nchw, float16; 1 rounds"), out.stdout
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| 2x16x8x8 G4 |")]
+    assert len(rows) == 1 and len(rows[0].strip("|").split("|")) == 12, out.stdout
+    bad = _run("webgpu-plans", "--dtype", "float64")
+    assert bad.returncode == 2 and "--dtype" in bad.stderr
+
+
+def test_playground_cold_start_times_a_run_of_each_notebook(tmp_path):
+    """README's cold start comes from scripts/playground-cold-start (docs/benchmarks.md: --runs, --json):
+    one run of notebook 04 to the Explorer drawn and of the one-cell floor, printed and written as JSON.
+    Needs what the playground test needs (Chromium, the npm Pyodide, playwright, the site extra): skipped
+    without them, except under CI=true."""
+    import importlib.util
+
+    sys.path.insert(0, str(SCRIPTS.parent / "tests" / "browser"))
+    import pyodide_browser as pb
+
+    missing = [m for m in ("jupyterlite_core", "jupyter_server") if importlib.util.find_spec(m) is None]
+    why = pb.prerequisites(npm_ci=True)
+    if missing and not why:
+        why = f"{', '.join(missing)} missing (pip install -e '.[site]')"
+    if why:
+        if IN_CI:
+            pytest.fail(f"required under CI=true: {why}")
+        pytest.skip(why)
+    dest = tmp_path / "cold.json"
+    out = _run("playground-cold-start", "--runs", "1", "--max-load", "1000", "--wait-s", "0", "--json", str(dest))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    doc = json.loads(dest.read_text())
+    assert doc["chromium"] and doc["pyodide"] and doc["goal_s"] == 10.0, doc
+    (run,) = doc["runs"]
+    assert run["run"] == 1 and run["explorer"] > 0 and run["floor"] > 0, run
+    assert abs(run["ours"] - (run["explorer"] - run["floor"])) < 1e-9, run
+    assert f"Chromium {doc['chromium']}, 1 runs (median, min to max)" in out.stdout, out.stdout
+    assert f"Run All -> Explorer drawn: {run['explorer']:5.1f} s" in out.stdout, out.stdout
+    bad = _run("playground-cold-start", "--runs", "0")
+    assert bad.returncode == 2 and "--runs" in bad.stderr, bad.stderr
