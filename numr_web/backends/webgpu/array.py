@@ -64,6 +64,17 @@ class WebGPUArray:
         self.dtype = as_dtype(dtype)
         self.strides = tuple(strides) if strides is not None else contiguous_strides(self.shape, self.dtype.itemsize)
 
+    @classmethod
+    def _wrap(cls, storage, shape, dtype, strides):
+        """An array over ``storage`` from values known to be valid (a tuple of ints ``shape``, a
+        DType, byte ``strides``): the launcher's outputs, without the checks of ``__init__``."""
+        a = cls.__new__(cls)
+        a._storage = storage
+        a.shape = shape
+        a.dtype = dtype
+        a.strides = strides
+        return a
+
     # -- NumPy-like attributes -------------------------------------------------
     @property
     def ndim(self):

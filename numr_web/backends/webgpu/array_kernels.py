@@ -157,6 +157,12 @@ def broadcast_to(a: WebGPUArray, shape) -> WebGPUArray:
     )
 
 
+def fill(y: WebGPUArray, value) -> WebGPUArray:
+    """``y`` with every element set to ``value`` (in place: a kernel writes its buffer)."""
+    _check_binding(y.ctx, y)
+    return _elementwise(y.ctx, UNARY["fill"], y, None, None, float(value))
+
+
 def fill_like(a: WebGPUArray, value) -> WebGPUArray:
     ctx = a.ctx
     y = empty_like(a)

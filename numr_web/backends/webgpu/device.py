@@ -8,11 +8,11 @@ transport is underneath.
 
 from __future__ import annotations
 
+import atexit
 import sys
 import threading
 import weakref
 from collections import OrderedDict
-from contextlib import contextmanager
 
 from numr_web.backends.webgpu import source
 
@@ -80,9 +80,12 @@ class Context:
         self._bind_groups = OrderedDict()  # (pipeline, (buffer, offset, size)...) ids -> (group, buffers)
         self._bind_keys_of = {}  # id(buffer) -> keys of the bind groups that use it
         self._params = OrderedDict()  # params bytes -> Scratch holding them
+        #: kept launch recipes (group_norm_launch.Recipe) by call signature, least recent first
+        self.recipes = OrderedDict()
         self._batch_depth = 0  # inside batch(): dispatches are recorded, and submitted on leaving it
         self._encoding = None
         self._deferred = []  # buffers released inside batch(): pooled after the submit
+        self._batcher = _Batch(self)
         self.lock = threading.RLock()
         # software adapters (lavapipe, SwiftShader) want other work shapes than GPUs
         self.cpu_adapter = str(dev.info.get("adapter_type", "")).lower() == "cpu"
@@ -155,21 +158,26 @@ class Context:
             self.pipelines[key] = pipe
         return pipe
 
-    def launch(self, kernel, entry, dtypes, constants, bindings, workgroups, params=None):
+    def launch(self, kernel, entry, dtypes, constants, bindings, workgroups, params=None, *, prepared=None):
         """Run ``entry`` of ``kernel`` over ``workgroups`` (an int, spread over a 2-D grid).
 
         ``bindings``: list of ``(buffer, offset, size)`` or ``buffer`` (whole);
         ``params``: bytes for the last binding (a small read-only buffer).  A repeated call
-        finds its parameter buffer and its bind group made already.
+        finds its parameter buffer and its bind group made already.  ``prepared``: (pipeline,
+        grid, bind group) made before (a kept recipe: ``bindings``, ``workgroups`` and
+        ``params`` are then not read; what is passed says what the group binds).
         """
-        pipe = self.pipeline(kernel, entry, dtypes, constants)
-        binds = [b if isinstance(b, tuple) else (b.buffer, 0, b.size) for b in bindings]
         held = None
-        if params is not None:
-            held = self._params_buffer(bytes(params))
-            binds.append((held.buffer, 0, held.size))
-        groups = grid(workgroups)
-        group = self._bind_group(pipe, binds)
+        if prepared is not None:
+            pipe, groups, group = prepared
+        else:
+            pipe = self.pipeline(kernel, entry, dtypes, constants)
+            binds = [b if isinstance(b, tuple) else (b.buffer, 0, b.size) for b in bindings]
+            if params is not None:
+                held = self._params_buffer(bytes(params))
+                binds.append((held.buffer, 0, held.size))
+            groups = grid(workgroups)
+            group = self._bind_group(pipe, binds)
         if self._batch_depth:
             if self._encoding is None:
                 self._encoding = self.transport.encode(self.dev)
@@ -178,21 +186,23 @@ class Context:
             self.transport.dispatch_bound(self.dev, pipe, group, groups)
         return held
 
-    @contextmanager
     def batch(self):
-        """Within it, launches are recorded into one compute pass, submitted as one command
-        buffer on leaving (one submit per GroupNorm call instead of one per dispatch); buffers
-        released meanwhile return to the pool after that submit."""
+        """A context manager: within it, launches are recorded into one compute pass, submitted
+        as one command buffer on leaving (one submit per GroupNorm call instead of one per
+        dispatch); buffers released meanwhile return to the pool after that submit.  Nests."""
+        return self._batcher
+
+    def _enter_batch(self):
         with self.lock:
             self._batch_depth += 1
-        try:
-            yield self
-        finally:
-            with self.lock:
-                self._batch_depth -= 1
-                outer = self._batch_depth == 0
-            if outer:
-                self.flush()
+        return self
+
+    def _exit_batch(self, *exc):
+        with self.lock:
+            self._batch_depth -= 1
+            outer = self._batch_depth == 0
+        if outer:
+            self.flush()
 
     def flush(self):
         """Submit what ``batch`` recorded, then pool the buffers released meanwhile."""
@@ -206,6 +216,10 @@ class Context:
                 deferred, self._deferred = self._deferred, []
             for buf, size in deferred:
                 self.release(buf, size)
+
+    def params_buffer(self, params):
+        """The kept buffer holding the parameter block ``params`` (bytes), written once."""
+        return self._params_buffer(bytes(params))
 
     def _params_buffer(self, params):
         with self.lock:
@@ -221,8 +235,12 @@ class Context:
                 self._params.popitem(last=False)  # back to the pool once no kept bind group needs it
         return held
 
+    def bind_group(self, pipe, binds):
+        """The kept bind group of ``binds`` (``(buffer, offset, size)`` each) for ``pipe``, made on first use."""
+        return self._bind_group(pipe, binds)
+
     def _bind_group(self, pipe, binds):
-        key = (id(pipe), *((id(b), int(o), int(n)) for b, o, n in binds))
+        key = (id(pipe), *[(id(b), o, n) for b, o, n in binds])
         with self.lock:
             kept = self._bind_groups.get(key)
             if kept is not None:
@@ -264,24 +282,52 @@ class Context:
             await wait(self.dev)
 
 
+class _Batch:
+    """``Context.batch()``'s context manager (one object per context: entering costs no generator)."""
+
+    __slots__ = ("ctx",)
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+    def __enter__(self):
+        return self.ctx._enter_batch()
+
+    def __exit__(self, *exc):
+        self.ctx._exit_batch()
+
+
+#: weak reference to a live Scratch -> (context, buffer, size): what goes back to the pool when it dies
+_OWNED = {}
+#: set at interpreter exit: a Scratch dying during shutdown pools nothing (the device may be gone)
+_EXITING = []
+atexit.register(_EXITING.append, True)
+
+
+def _owner_died(ref):
+    item = _OWNED.pop(ref, None)
+    if item is not None and not _EXITING:
+        ctx, buf, size = item
+        ctx.release(buf, size)
+
+
 class Scratch:
     """A pooled device buffer owned by one Python object (returned to the pool on collection).
 
-    A ``weakref.finalize`` (not ``__del__``) gives the buffer back: the
-    finalizer's registry holds the buffer strongly, so when this object dies in
-    a reference cycle the buffer cannot be finalized (released) before it is
-    pooled.
+    A weak reference with a callback (not ``__del__``) gives the buffer back, as
+    ``weakref.finalize`` does but cheaper per object: the module's registry holds
+    the buffer strongly, so when this object dies in a reference cycle the buffer
+    cannot be finalized (released) before it is pooled.
     """
 
-    __slots__ = ("ctx", "buffer", "size", "nbytes", "generation", "_fin", "__weakref__")
+    __slots__ = ("ctx", "buffer", "size", "nbytes", "generation", "__weakref__")
 
     def __init__(self, ctx, nbytes):
         self.ctx = ctx
-        self.nbytes = int(nbytes)
-        self.buffer, self.size = ctx.alloc(max(self.nbytes, 16))
+        self.nbytes = nbytes = int(nbytes)
+        self.buffer, self.size = buf, size = ctx.alloc(nbytes if nbytes > 16 else 16)
         self.generation = ctx.generation
-        self._fin = weakref.finalize(self, ctx.release, self.buffer, self.size)
-        self._fin.atexit = False
+        _OWNED[weakref.ref(self, _owner_died)] = (ctx, buf, size)
 
 
 def grid(workgroups):

@@ -1,0 +1,153 @@
+"""The WebGPU launcher's kept recipes (issue 27): a repeated call of one signature plans nothing, allocates
+only its outputs and reuses its bind groups, never a stale one; the plan modules' switches, assigned on
+group_norm_launch, reach the modules that read them."""
+
+from __future__ import annotations
+
+import gc
+
+import claims
+import numpy as np
+import pytest
+from webgpu_support import nhwc, wg  # noqa: F401
+
+# (shape, G, layout): the thread plan, the NCHW split plan (many small groups), the fused plan
+# (odd rows), the channels-last split and block paths
+SHAPES = [
+    ((2, 64, 8, 8), 8, "nchw"),
+    ((4, 256, 4, 4), 128, "nchw"),
+    ((2, 6, 5, 5), 3, "nchw"),
+    ((2, 16, 8, 8), 4, "nhwc"),
+    ((2, 10, 4, 4), 5, "nhwc"),
+]
+
+
+def _arrays(wg, rng, shape, layout):  # noqa: F811
+    x = rng.standard_normal(shape).astype(np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    if layout == "nhwc":
+        x, dy = nhwc(x), nhwc(dy)
+    w = rng.standard_normal(shape[1]).astype(np.float32)
+    return x, dy, w, [wg.from_numpy(a) for a in (x, dy, w)]
+
+
+class _Allocs:
+    """Counts Context.alloc calls (every new array and scratch buffer goes through it)."""
+
+    def __init__(self, ctx, monkeypatch):
+        self.count = 0
+        inner = ctx.alloc
+
+        def alloc(nbytes):
+            self.count += 1
+            return inner(nbytes)
+
+        monkeypatch.setattr(ctx, "alloc", alloc)
+
+
+@pytest.mark.parametrize("shape,G,layout", SHAPES)
+def test_a_repeated_call_plans_nothing_and_allocates_only_its_outputs(wg, rng, monkeypatch, shape, G, layout):  # noqa: F811
+    from numr_web.backends.webgpu import device, group_norm_planner
+
+    ctx = device.context()
+    _, _, _, (x, dy, w) = _arrays(wg, rng, shape, layout)
+    for _ in range(2):  # the first call of a signature makes its recipe
+        _, mean, rstd = wg.group_norm_forward(x, w, None, G, 1e-5, "silu", layout=layout)
+        wg.group_norm_backward(dy, x, mean, rstd, w, None, G, "silu", layout=layout)
+        wg.group_norm_backward(dy, x, mean, rstd, None, None, G, layout=layout)
+    planned = []
+    monkeypatch.setattr(group_norm_planner, "choose", lambda *a, **k: planned.append(a))
+    allocs = _Allocs(ctx, monkeypatch)
+    wg.group_norm_forward(x, w, None, G, 1e-5, "silu", layout=layout)
+    assert allocs.count == 3  # y, mean, rstd: the statistics workspace and the zeros for the bias are kept
+    allocs.count = 0
+    wg.group_norm_backward(dy, x, mean, rstd, w, None, G, "silu", layout=layout)
+    assert allocs.count == 3  # dx, dweight, dbias: the workspace is kept
+    allocs.count = 0
+    wg.group_norm_backward(dy, x, mean, rstd, None, None, G, layout=layout)
+    assert allocs.count == 1  # dx
+    assert planned == []
+
+
+@pytest.mark.parametrize("shape,G,layout", SHAPES)
+def test_kept_recipes_give_the_first_calls_bits(wg, rng, shape, G, layout):  # noqa: F811
+    """Calls of other signatures in between (other outputs from the pool, other kept bind groups),
+    and the same signature on new arrays: each result is the one a first call gives, to the bit."""
+    data = [_arrays(wg, rng, shape, layout) for _ in range(2)]
+
+    def run(x, dy, w):
+        y, mean, rstd = wg.group_norm_forward(x, w, w, G, 1e-5, layout=layout)
+        dx, dw, db = wg.group_norm_backward(dy, x, mean, rstd, w, w, G, layout=layout)
+        return [wg.to_numpy(a).tobytes() for a in (y, mean, rstd, dx, dw, db)]
+
+    first = [run(*arrays) for *_, arrays in data]
+    other = [(g, lay, _arrays(wg, rng, s, lay)[3]) for s, g, lay in SHAPES]
+    for k in range(6):
+        x, dy, w = (wg.from_numpy(a) for a in data[k % 2][:3])  # new arrays, maybe other buffers
+        assert run(x, dy, w) == first[k % 2], k
+        g, lay, (ox, _, ow) = other[k % len(other)]
+        wg.group_norm_forward(ox, ow, None, g, 1e-5, layout=lay)
+
+
+def test_no_kept_bind_group_outlives_its_buffers(wg, rng, monkeypatch):  # noqa: F811
+    """With no idle pool every released buffer is destroyed: a recipe must not dispatch with the
+    bind groups of its last call's (destroyed) outputs; results stay right."""
+    from numr_web.backends.webgpu import device
+
+    monkeypatch.setattr(device, "_POOL_IDLE_BYTES", 0)
+    ctx = device.context()
+    destroyed = []
+    inner = ctx.transport.destroy_buffer
+    monkeypatch.setattr(ctx.transport, "destroy_buffer", lambda buf: (destroyed.append(buf), inner(buf)))
+    x, dy, w, _ = _arrays(wg, rng, (2, 64, 8, 8), "nchw")
+    ref = claims.reference(x, 8, w, w, dy)
+    for _ in range(4):
+        destroyed.clear()
+        xd, dyd, wd = (wg.from_numpy(a) for a in (x, dy, w))
+        y, mean, rstd = wg.group_norm_forward(xd, wd, wd, 8, 1e-5, layout="nchw")
+        dx, dw, db = wg.group_norm_backward(dyd, xd, mean, rstd, wd, wd, 8, layout="nchw")
+        got = claims.named([wg.to_numpy(a) for a in (y, mean, rstd, dx, dw, db)])
+        claims.check("webgpu", got, ref, x)
+        del y, mean, rstd, dx, dw, db, xd, dyd, wd
+        gc.collect()
+        assert len(destroyed) >= 9  # the inputs' and outputs' buffers, destroyed rather than pooled
+
+
+def test_switches_assigned_on_the_launcher_reach_their_modules(wg, rng, monkeypatch):  # noqa: F811
+    from numr_web.backends.webgpu import device, group_norm_launch, group_norm_planner
+    from numr_web.backends.webgpu import group_norm_shared as shared
+    from numr_web.backends.webgpu import group_norm_split_nhwc as split_nhwc
+
+    for name, owner, value in (
+        ("PLAN", group_norm_planner, "split"),
+        ("SPLIT_PIECE_STEPS", shared, 3),
+        ("INLINE_REDO_STEPS", shared, 0),
+        ("USE_X8", shared, False),
+        ("NHWC_KQ", split_nhwc, 2),
+        ("CPU_SPLIT_MAX_GROUP", group_norm_planner, 100),
+    ):
+        monkeypatch.setattr(group_norm_launch, name, value)
+        assert getattr(owner, name) == value and getattr(group_norm_launch, name) == value, name
+    monkeypatch.undo()
+    assert group_norm_planner.PLAN is None and shared.USE_X8 is True and split_nhwc.NHWC_KQ is None
+    # a switch changed between two calls of one signature changes what runs (the recipe's key holds it)
+    ctx = device.context()
+    x = wg.from_numpy(rng.standard_normal((2, 16, 8, 8)).astype(np.float32))
+    seen = []
+    inner = ctx.launch
+
+    def spy(kernel, *args, **kwargs):
+        seen.append(kernel)
+        return inner(kernel, *args, **kwargs)
+
+    monkeypatch.setattr(ctx, "launch", spy)
+    for plan in ("fused", "split", "thread", "fused"):
+        monkeypatch.setattr(group_norm_launch, "PLAN", plan)
+        seen.clear()
+        wg.group_norm_forward(x, None, None, 4, 1e-5, layout="nchw")
+        want = {
+            "fused": "group_norm_forward.wgsl",
+            "split": "group_norm_split.wgsl",
+            "thread": "group_norm_thread.wgsl",
+        }
+        assert seen and set(seen) == {want[plan]}, (plan, seen)
