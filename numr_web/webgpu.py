@@ -14,6 +14,7 @@ from a JavaScript callback), everything but those two waits still works, and
 they have awaitable forms::
 
     await numr_web.webgpu.init()        # adapter and device
+    await numr_web.webgpu.prepare(dtypes="float32", shapes=[((2, 8, 4), 2)])  # optional: compile ahead
     y = numr_web.group_norm(x, 2)       # no waiting here
     raw = await y.tobytes_async()       # or await y.get_async() for NumPy
 
@@ -40,6 +41,7 @@ __all__ = [
     "full",
     "info",
     "init",
+    "prepare",
     "synchronize",
     "synchronize_async",
 ]
@@ -84,6 +86,88 @@ async def init() -> dict:
     """
     await _device.context_async()
     return BACKEND.info()
+
+
+def _names(value, name, allowed=None):
+    """``value`` (one item or a sequence) as a tuple; each in ``allowed`` when given."""
+    items = (value,) if value is None or isinstance(value, str) else value
+    try:
+        items = tuple(items)
+    except TypeError:
+        items = (value,)
+    if not items:
+        raise ValueError(f"{name}: expected at least one, got an empty {type(value).__name__}")
+    if allowed is not None:
+        for item in items:
+            if (item.lower() if isinstance(item, str) else item) not in allowed:
+                raise ValueError(f"{name}: expected {' or '.join(map(repr, allowed))}, got {item!r}")
+        items = tuple(item.lower() if isinstance(item, str) else item for item in items)
+    return items
+
+
+def _shapes(shapes):
+    """``shapes`` as ((shape tuple, num_groups), ...), checked like the op checks x and num_groups."""
+    if shapes is None:
+        return None
+    out = []
+    for entry in shapes:
+        try:
+            shape, groups = entry
+            shape = tuple(shape)
+        except (TypeError, ValueError):
+            raise TypeError(f"shapes: expected (shape, num_groups) pairs, got {entry!r}") from None
+        if len(shape) < 2 or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape):
+            raise ValueError(f"shapes: a shape is (N, C, *spatial) of non-negative ints, got {shape!r}")
+        if not (isinstance(groups, int) and not isinstance(groups, bool) and groups > 0 and shape[1] % groups == 0):
+            raise ValueError(f"shapes: num_groups must be a positive divisor of C={shape[1]}, got {groups!r}")
+        out.append((shape, groups))
+    return tuple(out)
+
+
+async def prepare(
+    dtypes=("float32",),
+    layouts=("nchw", "nhwc"),
+    activations=(None, "silu"),
+    *,
+    shapes=None,
+    backward=True,
+    autograd=True,
+) -> int:
+    """Compile ahead of need, without blocking, every pipeline the GroupNorm calls of these
+    ``dtypes`` (float32, float16, bfloat16), ``layouts`` ("nchw", "nhwc": channels-last) and
+    ``activations`` (None, "silu") can reach, with and without weight and bias, forward and
+    (``backward``) backward; with ``autograd`` also the elementwise and sum kernels autograd
+    runs on arrays of those dtypes.  The first call of each is then as quick as a later one.
+
+    ``shapes``: ``[(shape, num_groups), ...]`` to prepare only the pipelines those calls reach
+    (tens instead of hundreds: without it, every work shape the planner can choose for any
+    shape is compiled).  Awaitable everywhere: the browser compiles with
+    ``createComputePipelineAsync``; on the desktop worker threads compile (``asyncio.run``
+    waits for them; a call that needs a pipeline still compiling waits for that one only).
+    Each argument also takes a single value.  Returns how many pipelines were compiled.
+    """
+    from numr_web.backends.webgpu import array_kernels, group_norm_launch
+    from numr_web.backends.webgpu.array import as_dtype
+
+    kinds = []
+    for dt in _names(dtypes, "dtypes"):
+        try:
+            kinds.append(as_dtype(dt))
+        except TypeError as exc:
+            raise TypeError(f"dtypes: {exc}") from None
+    lays = _names(layouts, "layouts", ("nchw", "nhwc"))
+    acts = _names(activations, "activations", (None, "silu"))
+    wanted = _shapes(shapes)
+    ctx = await _device.context_async()
+    keys = []
+    for dt in dict.fromkeys(kinds):
+        for layout in lays:
+            calls = wanted if wanted is None or layout == "nchw" else tuple(c for c in wanted if len(c[0]) >= 3)
+            for act in acts:
+                keys += group_norm_launch.variant_keys(ctx, dt, layout, act, shapes=calls, backward=backward)
+        if autograd:
+            keys += [ctx.pipeline_key(*k) for k in array_kernels.variant_keys(ctx, dt)]
+    return await ctx.prepare_pipelines(keys)
 
 
 def can_block() -> bool:

@@ -15,6 +15,22 @@ SCALAR = {"add": 10, "sub": 11, "rsub": 12, "mul": 13, "div": 14, "rdiv": 15, "p
 UNARY = {"neg": 20, "copy": 21, "fill": 22, "sigmoid": 23, "exp": 24}
 
 
+#: (kernel, entry, dtypes, constants) of a float32 fill
+FILL_F32 = ("elementwise.wgsl", "main", {"A": "f32", "B": "f32", "Y": "f32"}, {"FLAT": True})
+
+
+def variant_keys(ctx, dtype):
+    """(kernel, entry, dtypes, constants) of the elementwise and sum kernels autograd uses on
+    arrays of ``dtype`` (a DType): arithmetic in that dtype and in float32, dense or broadcast,
+    conversions to and from float32, sums (whose partial sums are float32)."""
+    k, f = _key(ctx, dtype), "f32"
+    out = []
+    for a, b, y in {(k, k, k), (f, f, f), (k, f, f), (f, k, k)}:  # same dtype; converting copies
+        out += [("elementwise.wgsl", "main", {"A": a, "B": b, "Y": y}, {"FLAT": flat}) for flat in (True, False)]
+    out += [("reduce.wgsl", "main", {"A": a, "Y": y}, {}) for a, y in {(k, k), (k, f), (f, k), (f, f)}]
+    return out
+
+
 def empty(ctx, shape, dtype, strides=None) -> WebGPUArray:
     shape = tuple(int(n) for n in shape)
     dtype = as_dtype(dtype)

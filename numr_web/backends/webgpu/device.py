@@ -68,6 +68,11 @@ class Context:
         self.dev = dev
         self.generation = generation
         self.pipelines = {}
+        self._compiling = {}  # pipeline key -> concurrent.futures.Future (desktop background compiles)
+        #: pipelines a call had to compile (or wait for) when it needed them, and those made ahead
+        #: of need (prepare_pipelines): the first call of a prepared variant compiles nothing
+        self.compiled_on_call = 0
+        self.compiled_ahead = 0
         self.pool = {}  # size -> [buffers]
         self.pool_bytes = 0
         self.live_bytes = 0
@@ -149,14 +154,62 @@ class Context:
             return "bf16"
         raise TypeError(f"dtype {name} has no WGSL storage format")
 
+    @staticmethod
+    def pipeline_key(kernel, entry, dtypes, constants):
+        """The pipeline cache's key of a kernel variant."""
+        return (kernel, entry, tuple(sorted(dtypes.items())), tuple(sorted(constants.items())))
+
     def pipeline(self, kernel, entry, dtypes, constants):
         key = (kernel, entry, tuple(sorted(dtypes.items())), tuple(sorted(constants.items())))
         pipe = self.pipelines.get(key)
         if pipe is None:
-            code = source.build(kernel, dtypes, constants)
-            pipe = self.transport.create_pipeline(self.dev, code, entry, source.binding_kinds(code))
+            pending = self._compiling.get(key)
+            if pending is not None:  # prepared in the background, not done yet: wait for that one
+                pipe = pending.result()
+            else:
+                code = source.build(kernel, dtypes, constants)
+                pipe = self.transport.create_pipeline(self.dev, code, entry, source.binding_kinds(code))
             self.pipelines[key] = pipe
+            self.compiled_on_call += 1
         return pipe
+
+    async def prepare_pipelines(self, keys) -> int:
+        """Compile the variants ``keys`` (``pipeline_key`` tuples) that are not cached yet, without
+        blocking: in the browser ``createComputePipelineAsync``, on the desktop worker threads
+        (a call that needs one still in flight waits for that one only).  Returns how many were
+        compiled."""
+        import asyncio
+
+        todo = {}
+        for key in keys:
+            if key not in self.pipelines and key not in self._compiling and key not in todo:
+                todo[key] = None
+        if not todo:
+            return 0
+        start = getattr(self.transport, "start_pipeline", None)
+        jobs = []
+        for key in todo:
+            kernel, entry, dtypes, constants = key
+            code = source.build(kernel, dict(dtypes), dict(constants))
+            kinds = source.binding_kinds(code)
+            if start is not None:
+                future = self._compiling[key] = start(self.dev, code, entry, kinds)
+                jobs.append(asyncio.wrap_future(future))
+            else:
+                jobs.append(self.transport.create_pipeline_async(self.dev, code, entry, kinds))
+        results = await asyncio.gather(*jobs, return_exceptions=True)
+        failed = None
+        for key, result in zip(todo, results):
+            self._compiling.pop(key, None)
+            if isinstance(result, BaseException):
+                failed = failed or (key, result)
+            elif key not in self.pipelines:
+                self.pipelines[key] = result
+                self.compiled_ahead += 1
+        if failed is not None:
+            (kernel, entry, _dtypes, _constants), exc = failed
+            raise RuntimeError(f"compiling {kernel} ({entry}) ahead of use failed: {exc}") from exc
+        return len(todo)
 
     def launch(self, kernel, entry, dtypes, constants, bindings, workgroups, params=None, *, prepared=None):
         """Run ``entry`` of ``kernel`` over ``workgroups`` (an int, spread over a 2-D grid).

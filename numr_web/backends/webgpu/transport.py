@@ -11,7 +11,9 @@ Buffers are the transport's own objects with a ``.size``; ``bindings`` are
 "read_write" or "uniform" per binding number.  Writes, pipelines and
 dispatches are synchronous in WebGPU everywhere; only the device request and
 the read-back wait on the GPU, and a transport that cannot block (a browser
-without JSPI) offers awaitable forms of those instead.
+without JSPI) offers awaitable forms of those instead.  Compiling a pipeline
+has an awaitable form too (``create_pipeline_async``), so that pipelines can
+be made ahead of need without making anyone wait.
 """
 
 from __future__ import annotations
@@ -57,6 +59,12 @@ class Transport(Protocol):
 
     def create_pipeline(self, dev: Device, code: str, entry: str, binding_kinds: list) -> Any:
         """A compute pipeline for ``entry`` of WGSL ``code`` with an explicit bind group layout."""
+
+    async def create_pipeline_async(self, dev: Device, code: str, entry: str, binding_kinds: list) -> Any:
+        """``create_pipeline`` without blocking the caller while the driver compiles: the
+        browser's ``createComputePipelineAsync``; on the desktop a worker thread (a transport
+        may also offer ``start_pipeline``, the same as a ``concurrent.futures.Future`` that
+        synchronous code can wait on)."""
 
     def bind(self, dev: Device, pipeline: Any, bindings: list) -> Any:
         """A bind group of ``bindings`` (``(buffer, offset, size)`` each) for ``pipeline``'s layout;

@@ -376,6 +376,19 @@ class Pipeline:
 _BINDING_TYPES = {"read": "read-only-storage", "read_write": "storage", "uniform": "uniform"}
 
 
+def _layout(dev, binding_kinds):
+    """(bind group layout, pipeline layout) with one entry per binding kind."""
+    import js
+
+    compute = js.GPUShaderStage.COMPUTE
+    entries = [
+        {"binding": i, "visibility": compute, "buffer": {"type": _BINDING_TYPES[k]}}
+        for i, k in enumerate(binding_kinds)
+    ]
+    bgl = dev.device.createBindGroupLayout(_obj({"entries": entries}))
+    return bgl, dev.device.createPipelineLayout(_obj({"bindGroupLayouts": [bgl]}))
+
+
 def create_pipeline(dev, code, entry, binding_kinds):
     """A compute pipeline with an explicit bind group layout (one entry per binding kind).
 
@@ -383,20 +396,12 @@ def create_pipeline(dev, code, entry, binding_kinds):
     (JSPI) they are raised here, as wgpu-py raises them; elsewhere the next
     call on the device raises them.
     """
-    import js
-
     _check(dev)
-    compute = js.GPUShaderStage.COMPUTE
-    entries = [
-        {"binding": i, "visibility": compute, "buffer": {"type": _BINDING_TYPES[k]}}
-        for i, k in enumerate(binding_kinds)
-    ]
     d = dev.device
     d.pushErrorScope("internal")
     d.pushErrorScope("validation")
     try:
-        bgl = d.createBindGroupLayout(_obj({"entries": entries}))
-        layout = d.createPipelineLayout(_obj({"bindGroupLayouts": [bgl]}))
+        bgl, layout = _layout(dev, binding_kinds)
         module = d.createShaderModule(_obj({"code": code}))
         pipe = d.createComputePipeline(_obj({"layout": layout, "compute": {"module": module, "entryPoint": entry}}))
     finally:
@@ -417,6 +422,31 @@ def create_pipeline(dev, code, entry, binding_kinds):
 
         for scope in scopes:
             scope.then(create_once_callable(keep))
+    return Pipeline(pipe, bgl)
+
+
+async def create_pipeline_async(dev, code, entry, binding_kinds):
+    """``create_pipeline`` through ``createComputePipelineAsync``: the browser compiles while the
+    page (and Python) go on; a bad WGSL or layout rejects the promise and raises here."""
+    _check(dev)
+    d = dev.device
+    d.pushErrorScope("validation")
+    try:
+        bgl, layout = _layout(dev, binding_kinds)
+        module = d.createShaderModule(_obj({"code": code}))
+        pending = d.createComputePipelineAsync(
+            _obj({"layout": layout, "compute": {"module": module, "entryPoint": entry}})
+        )
+    finally:
+        scope = d.popErrorScope()
+    try:
+        pipe = await pending
+    except Exception as exc:
+        errors = await _scope_errors([scope])
+        raise RuntimeError(f"WebGPU error: {' | '.join(errors) or exc}") from exc
+    errors = await _scope_errors([scope])
+    if errors:
+        raise RuntimeError(f"WebGPU error: {' | '.join(errors)}")
     return Pipeline(pipe, bgl)
 
 

@@ -158,6 +158,32 @@ def create_pipeline(dev, code, entry, binding_kinds):
     return Pipeline(pipe, bgl)
 
 
+_compilers = []  # the worker pool of start_pipeline, made on first use
+
+
+def start_pipeline(dev, code, entry, binding_kinds):
+    """``create_pipeline`` on a worker thread: a ``concurrent.futures.Future`` of the pipeline.
+
+    wgpu-py's ``create_compute_pipeline_async`` would be the natural call, but wgpu-native
+    (as of wgpu-py 0.32) does not implement createComputePipelineAsync: that method compiles
+    on the caller's thread before it returns.  A worker thread does the same compile off the
+    caller's (wgpu-native is thread-safe; wgpu-py keeps its error capture per thread).
+    """
+    if not _compilers:
+        from concurrent.futures import ThreadPoolExecutor
+
+        workers = max(1, min(4, os.cpu_count() or 1))
+        _compilers.append(ThreadPoolExecutor(max_workers=workers, thread_name_prefix="numr-web-pipelines"))
+    return _compilers[0].submit(create_pipeline, dev, code, entry, binding_kinds)
+
+
+async def create_pipeline_async(dev, code, entry, binding_kinds):
+    """``create_pipeline``, awaited: compiled on a worker thread (``start_pipeline``)."""
+    import asyncio
+
+    return await asyncio.wrap_future(start_pipeline(dev, code, entry, binding_kinds))
+
+
 def bind(dev, pipeline, bindings):
     """A bind group of ``bindings`` (``(buffer, offset, size)`` each) for ``pipeline``'s layout."""
     entries = [
