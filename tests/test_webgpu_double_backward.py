@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from double_backward import CASES, case_arrays, rel_err, second_derivatives, tolerance
+from test_webgpu_autograd import count_reads  # noqa: F401  (transport reads, counted)
 from webgpu_support import nhwc, wg  # noqa: F401
 
 import numr_web
@@ -53,24 +54,6 @@ def _webgpu(case):
     us = [dev(_storage_array(u[0], storage, layout))] + [dev(t.astype(np.float32)) for t in u[1:]]
     ws, bs = (None if t is None else dev(t.astype(np.float32)) for t in (w, b))
     return xs, second_derivatives(numr_web, xs, vs, us, ws, bs, G, act)
-
-
-@pytest.fixture
-def count_reads(wg):
-    """Device-to-host reads made through the transport while the test runs."""
-    from numr_web.backends.webgpu import device
-
-    transport = device.context().transport
-    calls = []
-    original = transport.read_buffer
-
-    def counting(dev, buf, offset, size):
-        calls.append(size)
-        return original(dev, buf, offset, size)
-
-    transport.read_buffer = counting
-    yield calls
-    transport.read_buffer = original
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])

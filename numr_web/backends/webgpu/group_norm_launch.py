@@ -158,10 +158,17 @@ class Recipe:
         self._last = (found, made)
 
 
-def _keep(ctx, key, prog):
-    """A Recipe of ``prog`` kept under ``key`` (the least recently used beyond RECIPES_KEPT go)."""
+def _recipe(ctx, program, x, layout, num_groups, *args):
+    """The kept recipe of the call ``program(plan, ctx, key, *args)`` writes for ``x``, made on its
+    signature's first call (the least recently used beyond RECIPES_KEPT go)."""
+    sig = (program, x.shape, x.dtype.name, layout, num_groups, *args, ctx.cpu_adapter, ctx.max_binding, _switches())
     recipes = ctx.recipes
-    recipe = recipes[key] = Recipe(ctx, prog)
+    recipe = recipes.get(sig)
+    if recipe is not None:
+        recipes.move_to_end(sig)
+        return recipe
+    plan = GroupPlan(x, num_groups, layout, ctx.cpu_adapter)
+    recipe = recipes[sig] = Recipe(ctx, program(plan, ctx, ctx.dtype_key(x.dtype.name), *args))
     while len(recipes) > RECIPES_KEPT:
         recipes.popitem(last=False)
     return recipe
@@ -269,27 +276,7 @@ def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation, layout):
     w = weight if weight is None or weight.dtype == F32 else array_kernels.convert(weight, F32)
     b = bias if bias is None or bias.dtype == F32 else array_kernels.convert(bias, F32)
     silu = activation == "silu"
-    sig = (
-        "fwd",
-        shape,
-        x.dtype.name,
-        layout,
-        num_groups,
-        eps,
-        silu,
-        w is not None,
-        b is not None,
-        ctx.cpu_adapter,
-        ctx.max_binding,
-        _switches(),
-    )
-    recipe = ctx.recipes.get(sig)
-    if recipe is not None:
-        ctx.recipes.move_to_end(sig)
-    else:
-        plan = GroupPlan(x, num_groups, layout, ctx.cpu_adapter)
-        prog = forward_program(plan, ctx, ctx.dtype_key(x.dtype.name), eps, silu, w is not None, b is not None)
-        recipe = _keep(ctx, sig, prog)
+    recipe = _recipe(ctx, forward_program, x, layout, num_groups, eps, silu, w is not None, b is not None)
     y = WebGPUArray._wrap(Scratch(ctx, x.nbytes), shape, x.dtype, x.strides)
     mean, rstd = _stats(ctx, N, num_groups), _stats(ctx, N, num_groups)
     recipe.run(ctx, {"x": x, "y": y, "mean": mean, "rstd": rstd, "w": w, "b": b})
@@ -321,26 +308,7 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
             dweight = array_kernels.full(ctx, (C,), F32, 0.0)
             dbias = array_kernels.full(ctx, (C,), F32, 0.0)
         return _in_weight_dtype(weight, dx, dweight, dbias)
-    sig = (
-        "bwd",
-        shape,
-        x.dtype.name,
-        layout,
-        num_groups,
-        silu,
-        w is not None,
-        b is not None,
-        ctx.cpu_adapter,
-        ctx.max_binding,
-        _switches(),
-    )
-    recipe = ctx.recipes.get(sig)
-    if recipe is not None:
-        ctx.recipes.move_to_end(sig)
-    else:
-        plan = GroupPlan(x, num_groups, layout, ctx.cpu_adapter)
-        prog = backward_program(plan, ctx, ctx.dtype_key(x.dtype.name), silu, w is not None, b is not None)
-        recipe = _keep(ctx, sig, prog)
+    recipe = _recipe(ctx, backward_program, x, layout, num_groups, silu, w is not None, b is not None)
     arrays = {"x": x, "dy": dy, "dx": dx, "mean": mean, "rstd": rstd, "w": w, "b": b}
     if weight is None:
         recipe.run(ctx, arrays)

@@ -295,6 +295,24 @@ def backward_rounds(constants, silu, use_w):
     return rounds, constants(silu, use_w, REFINE=False)
 
 
+def split_variants(kernels, dtypes, constants, silu, backward):
+    """Every (kernel, entry, dtypes, constants) of a split plan's passes: ``kernels`` (forward's,
+    backward's), ``dtypes`` the storage keys of its roles, ``constants(silu, affine, **flags)``;
+    forward with and without weight, second sums inline or in the FIX passes; backward with a
+    weight or none (SiLU always has one), REFINE first with SiLU."""
+    if backward:
+        kernel, last = kernels[1], "dx"
+        plans = [backward_rounds(constants, silu, use_w) for use_w in ((True,) if silu else (False, True))]
+    else:
+        kernel, last = kernels[0], "apply"
+        plans = [forward_rounds(constants, silu, a, inline) for a in (False, True) for inline in (False, True)]
+    out = []
+    for rounds, final in plans:
+        out += [(kernel, entry, dtypes, c) for c in rounds for entry in ("partials", "combine")]
+        out.append((kernel, last, dtypes, final))
+    return out
+
+
 def whole_group_forward(
     prog, plan, max_binding, affine_binds, kernel, consts, per_wg, whole_key, key, silu, affine, eps
 ):

@@ -22,8 +22,12 @@ from numr_web.backends.webgpu.group_norm_shared import (
     forward_rounds,
     pack_params,
     split_passes,
+    split_variants,
     x8_key,
 )
+
+#: the forward's and the backward's kernel
+KERNELS = ("group_norm_split.wgsl", "group_norm_split_backward.wgsl")
 
 #: the split plans on CPU adapters: vec4 steps a thread walks in a pass, threads per workgroup
 CPU_PIECE_STEPS = 1024
@@ -131,7 +135,7 @@ def forward(prog, plan, cpu_adapter, max_binding, affine_binds, eps, silu, affin
         binds = chunk_binds(off, size, ("x", "y"), affine_binds, ("mean", "rstd", aux, part))
         split_passes(
             prog,
-            "group_norm_split.wgsl",
+            KERNELS[0],
             "apply",
             dt,
             binds,
@@ -150,7 +154,7 @@ def backward(prog, plan, cpu_adapter, max_binding, affine_binds, silu, use_w, ke
         binds = chunk_binds(off, size, ("x", "dy", "dx"), affine_binds, ("mean", "rstd", ("#ws",)))
         split_passes(
             prog,
-            "group_norm_split_backward.wgsl",
+            KERNELS[1],
             "dx",
             dt,
             binds,
@@ -166,17 +170,9 @@ def variants(cpu_adapter, key, layout, silu, backward):
     if layout != "nchw":
         return []
     wg = CPU_SPLIT_WG if cpu_adapter else WG
-    keys = [key] + ([X8_KEYS[key]] if key in X8_KEYS else [])
     out = []
-    for k in keys:
+    for k in [key] + ([X8_KEYS[key]] if key in X8_KEYS else []):
+        roles = ("X", "DY", "DX") if backward else ("X", "Y")
         make = lambda silu, affine, **flags: constants(silu, affine, wg, not cpu_adapter, k != key, **flags)  # noqa: E731
-        if backward:
-            kernel, last, dt = "group_norm_split_backward.wgsl", "dx", {"X": k, "DY": k, "DX": k}
-            plans = [backward_rounds(make, silu, use_w) for use_w in ((True,) if silu else (False, True))]
-        else:
-            kernel, last, dt = "group_norm_split.wgsl", "apply", {"X": k, "Y": k}
-            plans = [forward_rounds(make, silu, a, inline) for a in (False, True) for inline in (False, True)]
-        for rounds, final in plans:
-            out += [(kernel, entry, dt, c) for c in rounds for entry in ("partials", "combine")]
-            out.append((kernel, last, dt, final))
+        out += split_variants(KERNELS, dict.fromkeys(roles, k), make, silu, backward)
     return out

@@ -23,8 +23,12 @@ from numr_web.backends.webgpu.group_norm_shared import (
     forward_rounds,
     pack_params,
     split_passes,
+    split_variants,
     x8_key,
 )
+
+#: the forward's and the backward's kernel
+KERNELS = ("group_norm_split_nhwc.wgsl", "group_norm_split_nhwc_backward.wgsl")
 
 #: quads a thread owns side by side (None: 4, else 2 or 1, whichever divides C / 4; GPUs 1).
 #: Measured on lavapipe: one quad per thread 0.11 to 0.24 of a copy, four spelled out with
@@ -110,7 +114,7 @@ def forward(prog, plan, cpu_adapter, max_binding, affine_binds, eps, silu, affin
         params = sp.params(x_base, g_first, ngroups, eps)
         split_passes(
             prog,
-            "group_norm_split_nhwc.wgsl",
+            KERNELS[0],
             "apply",
             dt,
             binds,
@@ -132,7 +136,7 @@ def backward(prog, plan, cpu_adapter, max_binding, affine_binds, silu, use_w, ke
         params = sp.params(x_base, g_first, ngroups, workspace=ws)
         split_passes(
             prog,
-            "group_norm_split_nhwc_backward.wgsl",
+            KERNELS[1],
             "dx",
             dt,
             binds,
@@ -150,17 +154,9 @@ def variants(cpu_adapter, key, layout, silu, backward):
     wg = group_norm_split.CPU_SPLIT_WG if cpu_adapter else WG
     out = []
     for kq in (4, 2, 1) if cpu_adapter else (1,):
-        k = X8_KEYS.get(key, key) if kq % 2 == 0 else key
-        ks = [k, key] if k != key else [key]  # USE_X8 off keeps 4-element loads
-        for k in ks:
+        # quads in pairs (KQ even) load 16-bit storage 8 elements at a time, unless USE_X8 is off
+        for k in dict.fromkeys([X8_KEYS.get(key, key) if kq % 2 == 0 else key, key]):
+            roles = ("X", "DY", "DX") if backward else ("X", "Y")
             make = lambda silu, affine, **flags: constants(silu, affine, wg, kq, **flags)  # noqa: E731
-            if backward:
-                kernel, last, dt = "group_norm_split_nhwc_backward.wgsl", "dx", {"X": k, "DY": k, "DX": k}
-                plans = [backward_rounds(make, silu, use_w) for use_w in ((True,) if silu else (False, True))]
-            else:
-                kernel, last, dt = "group_norm_split_nhwc.wgsl", "apply", {"X": k, "Y": k}
-                plans = [forward_rounds(make, silu, a, inline) for a in (False, True) for inline in (False, True)]
-            for rounds, final in plans:
-                out += [(kernel, entry, dt, c) for c in rounds for entry in ("partials", "combine")]
-                out.append((kernel, last, dt, final))
+            out += split_variants(KERNELS, dict.fromkeys(roles, k), make, silu, backward)
     return out
