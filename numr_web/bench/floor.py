@@ -15,6 +15,11 @@ split plan loads them).  Their throughput over the copy's says how near to a cop
 that shape gets on the adapter; the op's over theirs, how much the op's
 numerics and launches cost on top.  They compute no GroupNorm: nothing reads
 their output.
+
+Channels-last (``layout="nhwc"``, ``floor_nhwc.wgsl``): a group is a strided slab (cpg adjacent
+channels of every position); one invocation walks a window of whole groups and whole channel
+quads of one sample (at least 16 channels where C allows) down its rows twice: per-channel plain
+sums, folded into the groups, then the output.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ NAMES = ("floor_fwd", "floor_bwd")
 FLOOR_WG = 8
 
 
-def _check(x, dy, groups):
+def _check(x, dy, groups, dense_only=False):
+    """(groups, elements of a group) of an NCHW call; with ``dense_only`` only the checks every
+    layout shares (WebGPU arrays, one shape and dtype, one binding)."""
     from numr_web.backends.webgpu.array import WebGPUArray
     from numr_web.backends.webgpu.group_norm_launch import STEP_CAP
 
@@ -36,6 +43,10 @@ def _check(x, dy, groups):
             raise TypeError(f"{name}: expected a WebGPU array, got {type(a).__name__}")
     if x.shape != dy.shape or x.dtype != dy.dtype:
         raise ValueError(f"x, dy: expected one shape and dtype, got {x.shape} {x.dtype} and {dy.shape} {dy.dtype}")
+    if dense_only:
+        if x.nbytes > x.ctx.max_binding:
+            raise ValueError(f"x: {x.nbytes} bytes, past this adapter's binding limit ({x.ctx.max_binding})")
+        return None
     if len(x.shape) < 3 or not (x.is_c_contiguous and dy.is_c_contiguous):
         raise ValueError(f"x: the floor kernels take C-ordered (NCHW) arrays of 3 or more dimensions, got {x.shape}")
     n, c = x.shape[:2]
@@ -54,27 +65,78 @@ def _check(x, dy, groups):
     return n * groups, m
 
 
-def timed_callables(x, dy, groups) -> dict:
-    """``{name: callable}`` for ``NAMES`` on the WebGPU arrays x and dy (NCHW, one dtype, H*W a
-    multiple of 4, groups within lavapipe's loop limit); each call returns its output array."""
+#: lavapipe ends an invocation after 65535 loop back-edges in all: a channels-last floor invocation
+#: walks its rows twice, each row's quads in an inner loop
+_NHWC_BACK_EDGES = 60000
+
+
+def _check_nhwc(x, dy, groups):
+    """(windows, quads a window, elements of a group) of a channels-last call: a window is whole
+    groups and whole quads (a multiple of cpg and of 4 channels), doubled up to 16 channels where C
+    allows (a lane then reads at least 64 contiguous bytes of a row, as the split plan's threads do)."""
+    import math
+
+    from numr_web.memory_layout import channels_last_perm, memory_order
+
+    for name, a in (("x", x), ("dy", dy)):
+        if len(a.shape) < 3 or memory_order(a.shape, a.strides) != channels_last_perm(len(a.shape)):
+            raise ValueError(f"{name}: the channels-last floor takes channels-last arrays of 3 or more dimensions")
+    n, c = x.shape[:2]
+    hw = x.size // max(n * c, 1)
+    if not (isinstance(groups, int) and groups > 0 and c % groups == 0):
+        raise ValueError(f"groups: expected a positive divisor of C={c}, got {groups!r}")
+    cpg = c // groups
+    if c % 4 or hw == 0:
+        raise ValueError(f"x: the channels-last floor reads whole channel quads: C={c} must be a multiple of 4")
+    window = cpg * 4 // math.gcd(cpg, 4)
+    while window < 16 and c % (2 * window) == 0:
+        window *= 2
+    q = window // 4
+    if 2 * hw * (q + 1) > _NHWC_BACK_EDGES:
+        raise ValueError(
+            f"x: {hw} positions of {q} channel quads are more than one invocation may walk twice "
+            f"(lavapipe stops an invocation after 65535 loop iterations)"
+        )
+    return n * c // window, q, cpg * hw
+
+
+def timed_callables(x, dy, groups, layout="nchw") -> dict:
+    """``{name: callable}`` for ``NAMES`` on the WebGPU arrays x and dy, one dtype; each call
+    returns its output array.  ``layout="nchw"``: C-ordered arrays, H*W a multiple of 4, groups
+    within lavapipe's loop limit (``floor.wgsl``); ``"nhwc"``: channels-last arrays with C a
+    multiple of 4, blocks of whole channel quads (``floor_nhwc.wgsl``)."""
     from numr_web.backends.webgpu import array_kernels
     from numr_web.backends.webgpu.group_norm_launch import X8_KEYS
 
-    ngroups, m = _check(x, dy, groups)
+    if layout not in ("nchw", "nhwc"):
+        raise ValueError(f"layout: expected 'nchw' or 'nhwc', got {layout!r}")
+    if layout == "nhwc":
+        _check(x, dy, groups, dense_only=True)
+        windows, q, m = _check_nhwc(x, dy, groups)
+        n, c = x.shape[:2]
+        hw = x.size // max(n * c, 1)
+        kernel, consts = "floor_nhwc.wgsl", {"WG": FLOOR_WG, "Q": q}
+        key = x.ctx.dtype_key(x.dtype.name)
+        params = struct.pack("<5If12x", windows, hw, c // 4, c // (4 * q), c // groups, 1.0 / m)
+        count = windows
+    else:
+        ngroups, m = _check(x, dy, groups)
+        key = x.ctx.dtype_key(x.dtype.name)
+        u8 = key in X8_KEYS and m % 8 == 0  # 16-bit: 8 elements (16 bytes) per load, as the split plan
+        key = X8_KEYS[key] if u8 else key
+        kernel, consts = "floor.wgsl", {"WG": FLOOR_WG, "U8": u8}
+        params = struct.pack("<2If4x", ngroups, m // (8 if u8 else 4), 1.0 / m)
+        count = ngroups
     ctx = x.ctx
     out = array_kernels.empty_like(x)
-    key = ctx.dtype_key(x.dtype.name)
-    u8 = key in X8_KEYS and m % 8 == 0  # 16-bit: 8 elements (16 bytes) per load, as the split plan
-    key = X8_KEYS[key] if u8 else key
     dtypes = {"X": key, "DY": key, "OUT": key}
-    params = struct.pack("<2If4x", ngroups, m // (8 if u8 else 4), 1.0 / m)
-    workgroups = -(-ngroups // FLOOR_WG)
+    workgroups = -(-count // FLOOR_WG)
 
     def call(entry, arrays):
         binds = [(a.buffer, 0, min(a.buffer.size, ctx.max_binding)) for a in arrays]
 
         def run():
-            ctx.launch("floor.wgsl", entry, dtypes, {"WG": FLOOR_WG, "U8": u8}, binds, workgroups, params)
+            ctx.launch(kernel, entry, dtypes, consts, binds, workgroups, params)
             return out
 
         run.arrays = arrays  # held by the call: a freed array's buffer goes back to the pool for reuse

@@ -1,0 +1,117 @@
+// A benchmark's floor, not GroupNorm (numr_web.bench.floor, layout "nhwc"): the least work any kernel
+// that reads a channels-last group twice does.  A channels-last group is cpg adjacent channels of
+// every position, a strided slab.  One invocation takes a window of Q channel quads of one sample
+// (whole groups: a multiple of cpg and of 4 channels, at least 16 where C allows) and walks its HW
+// rows twice, WG windows per workgroup (the lanes of a SIMD batch read neighbouring segments of the
+// same rows): per-channel running sums (one vec4 per quad, Q a constant: registers), folded into
+// the window's groups once, then the output with per-channel scale and shift.
+//   floor_forward:  sum x and sum x*x per group, then OUT = x * a + b
+//   floor_backward: sum dy and sum dy*x per group, then OUT = dy * 0.5 + x * b + c
+// Plain running sums, no shift, no redo, no per-channel weight, no statistics stored: GroupNorm's
+// memory traffic and its least arithmetic, with the storage conversions of the dtype (4 elements a
+// load).  Requires C % 4 == 0 (whole quads per row), as the channels-last split plan does.
+struct FloorNhwc { windows: u32, hw: u32, c4: u32, per_sample: u32, cpg: u32, inv_m: f32, _p0: u32, _p1: u32 }
+@group(0) @binding(0) var<storage, read> X: array<ST_X>;
+@group(0) @binding(1) var<storage, read> DY: array<ST_DY>;
+@group(0) @binding(2) var<storage, read_write> OUT: array<ST_OUT>;
+@group(0) @binding(3) var<uniform> F: FloorNhwc;
+
+const GMAX: u32 = Q * 4u;  // at most one group per channel
+
+// The first quad of this invocation's window (its row 0); .y == 0 past the last window.
+fn window_base(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> vec2<u32> {
+  let b = (wid.y * nwg.x + wid.x) * WG + lid;
+  if (b >= F.windows) { return vec2<u32>(0u, 0u); }
+  let n = b / F.per_sample;
+  return vec2<u32>(n * F.hw * F.c4 + (b % F.per_sample) * Q, 1u);
+}
+
+// Per-channel sums (quad j, lane l: channel 4j + l of the window) folded into their groups.
+fn group_sums(s: array<vec4<f32>, Q>) -> array<f32, GMAX> {
+  var g: array<f32, GMAX>;
+  for (var j = 0u; j < Q; j++) {
+    for (var l = 0u; l < 4u; l++) {
+      let k = (j * 4u + l) / F.cpg;
+      g[k] += s[j][l];
+    }
+  }
+  return g;
+}
+
+// Per-group values spread back to a vec4 per quad (each channel its group's).
+fn per_channel(v: array<f32, GMAX>) -> array<vec4<f32>, Q> {
+  var out: array<vec4<f32>, Q>;
+  for (var j = 0u; j < Q; j++) {
+    for (var l = 0u; l < 4u; l++) {
+      out[j][l] = v[(j * 4u + l) / F.cpg];
+    }
+  }
+  return out;
+}
+
+@compute @workgroup_size(WG)
+fn floor_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+  let wb = window_base(wid, nwg, lid);
+  if (wb.y == 0u) { return; }
+  var s1: array<vec4<f32>, Q>;
+  var s2: array<vec4<f32>, Q>;
+  for (var s = 0u; s < F.hw; s++) {
+    let row = wb.x + s * F.c4;
+    for (var j = 0u; j < Q; j++) {
+      let v = ld_X(row + j);
+      s1[j] += v;
+      s2[j] += v * v;
+    }
+  }
+  let g1 = group_sums(s1);
+  let g2 = group_sums(s2);
+  var ga: array<f32, GMAX>;
+  var gb: array<f32, GMAX>;
+  for (var k = 0u; k < Q * 4u / F.cpg; k++) {
+    let mean = g1[k] * F.inv_m;
+    ga[k] = inverseSqrt(max(g2[k] * F.inv_m - mean * mean, 0.0) + 1e-5);
+    gb[k] = -mean * ga[k];
+  }
+  let a = per_channel(ga);
+  let b = per_channel(gb);
+  for (var s = 0u; s < F.hw; s++) {
+    let row = wb.x + s * F.c4;
+    for (var j = 0u; j < Q; j++) {
+      st_OUT(row + j, ld_X(row + j) * a[j] + b[j]);
+    }
+  }
+}
+
+@compute @workgroup_size(WG)
+fn floor_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32) {
+  let wb = window_base(wid, nwg, lid);
+  if (wb.y == 0u) { return; }
+  var sd: array<vec4<f32>, Q>;   // per channel: sum dy
+  var sdx: array<vec4<f32>, Q>;  // and sum dy * x
+  for (var s = 0u; s < F.hw; s++) {
+    let row = wb.x + s * F.c4;
+    for (var j = 0u; j < Q; j++) {
+      let d = ld_DY(row + j);
+      sd[j] += d;
+      sdx[j] += d * ld_X(row + j);
+    }
+  }
+  let gd = group_sums(sd);
+  let gdx = group_sums(sdx);
+  var gbv: array<f32, GMAX>;
+  var gcv: array<f32, GMAX>;
+  for (var k = 0u; k < Q * 4u / F.cpg; k++) {
+    gbv[k] = gdx[k] * F.inv_m;
+    gcv[k] = gd[k] * F.inv_m;
+  }
+  let b = per_channel(gbv);
+  let c = per_channel(gcv);
+  for (var s = 0u; s < F.hw; s++) {
+    let row = wb.x + s * F.c4;
+    for (var j = 0u; j < Q; j++) {
+      st_OUT(row + j, ld_DY(row + j) * 0.5 + ld_X(row + j) * b[j] + c[j]);
+    }
+  }
+}
