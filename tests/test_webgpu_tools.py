@@ -1,0 +1,54 @@
+"""The two measuring commands of issue 27: scripts/webgpu-snapshot (the launcher's output bits, to compare
+revisions) and ``python -m numr_web.bench.webgpu_host`` (a call's host time against the floor's)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import subprocess
+import sys
+
+from webgpu_support import wg  # noqa: F401  (fixture: fails under CI=true without an adapter)
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SNAPSHOT = ROOT / "scripts" / "webgpu-snapshot"
+ONLY = "2x8x4x4/G2/float32/nchw"
+
+
+def _run(*argv, timeout=300):
+    return subprocess.run([sys.executable, *map(str, argv)], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_snapshot_finds_a_changed_case_and_no_other(wg, tmp_path):  # noqa: F811
+    out = tmp_path / "bits.json"
+    done = _run(SNAPSHOT, "--out", out, "--only", ONLY)
+    assert done.returncode == 0, done.stderr
+    digests = json.loads(out.read_text())
+    assert len(digests) == 32 and all(ONLY in k for k in digests), sorted(digests)[:3]
+    assert all(re.fullmatch(r"[0-9a-f]{64}", v) for v in digests.values())
+    same = _run(SNAPSHOT, "--compare", out, "--only", ONLY)
+    assert same.returncode == 0 and "0 of 32 cases differ" in same.stdout, same.stdout + same.stderr
+    name = sorted(digests)[5]
+    digests[name] = "0" * 64  # as if that case's bits had changed
+    out.write_text(json.dumps(digests))
+    changed = _run(SNAPSHOT, "--compare", out, "--only", ONLY)
+    assert changed.returncode == 1, changed.stdout + changed.stderr
+    assert f"differs: {name}\n" in changed.stdout and "1 of 32 cases differ" in changed.stdout, changed.stdout
+    refused = _run(SNAPSHOT, "--out", out, "--only", "no such case")
+    assert refused.returncode == 2 and "--only: no case name holds 'no such case'" in refused.stderr
+
+
+def test_host_time_prints_the_op_the_backend_and_the_floor(wg):  # noqa: F811
+    done = _run("-m", "numr_web.bench.webgpu_host", "--shapes", "2,64,8,8,8;1,32,4,4,4", "--calls", "5")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "host time of a call without its wait" in lines[0] and "1-minute load" in lines[0]
+    rows = [line for line in lines if line.startswith("| 2x64x8x8") or line.startswith("| 1x32x4x4")]
+    assert len(rows) == 2, done.stdout
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == 11, row
+        assert all(float(c) > 0 for c in cells[1:]), row  # us of op, backend, floor, and their ratios
+    bad = _run("-m", "numr_web.bench.webgpu_host", "--calls", "0")
+    assert bad.returncode == 2 and "--calls" in bad.stderr
