@@ -140,8 +140,8 @@ def _check_bench(parser, args):
         parser.error("argument --dtype: WebGPU has no float64 (WGSL); use float32, float16 or bfloat16")
     if args.ideal and (args.backend != "cpu" or args.dtype not in ("float32", "float64")):
         parser.error("argument --ideal: needs --backend cpu and --dtype float32 or float64")
-    if args.floor and (args.backend != "webgpu" or args.layout != "nchw"):
-        parser.error("argument --floor: needs --backend webgpu and --layout nchw (the floor kernels walk NCHW groups)")
+    if args.floor and args.backend != "webgpu":
+        parser.error("argument --floor: needs --backend webgpu (the floor kernels are WGSL)")
     needs = {"--ideal": ("numba", args.ideal), "--compare": ("torch", args.compare == "torch")}
     for flag, (module, wanted) in needs.items():
         if wanted and importlib.util.find_spec(module) is None:
@@ -255,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--floor",
         action="store_true",
         help="also time the floor kernels (WGSL, one invocation per group, plain sums): the least work of any "
-        "kernel that reads a group twice, beside the op and the copy (WebGPU backend, NCHW)",
+        "kernel that reads a group twice, beside the op and the copy (WebGPU backend, either layout)",
     )
     # refusals that need more than one flag print bench's usage, not the top-level one
     b.set_defaults(fn=_cmd_bench, check=functools.partial(_check_bench, b))

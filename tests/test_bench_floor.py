@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import require_target
 from webgpu_support import wg  # noqa: F401  (fixture)
 
 from numr_web.dtypes import BFLOAT16
@@ -99,10 +100,24 @@ def test_bench_floor_rows_put_the_floor_beside_the_op(wg, tmp_path):  # noqa: F8
     assert line.rstrip().endswith(f"| {doc['rows'][0]['bwd_of_floor']:.2f} |"), line
 
 
-@pytest.mark.parametrize("flags", [["--backend", "cpu"], ["--backend", "webgpu", "--layout", "nhwc"]])
-def test_bench_floor_names_what_it_needs(flags):
+def test_bench_floor_names_what_it_needs():
     proc = subprocess.run(
-        [sys.executable, "-m", "numr_web.cli", "bench", "--floor", *flags], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "numr_web.cli", "bench", "--floor", "--backend", "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2
-    assert "argument --floor: needs --backend webgpu and --layout nchw" in proc.stderr
+    assert "argument --floor: needs --backend webgpu" in proc.stderr
+
+
+def test_bench_floor_times_the_channels_last_floor_beside_the_op(tmp_path):
+    """`numr-web bench --floor --layout nhwc` times floor_nhwc.wgsl's kernels in the op's rounds."""
+    require_target("webgpu")
+    out = tmp_path / "nhwc.json"
+    cmd = [sys.executable, "-m", "numr_web.cli", "bench", "--backend", "webgpu", "--layout", "nhwc", "--floor"]
+    cmd += ["--shapes", "2,16,8,8,4", "--repeat", "2", "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["layout"] == "nhwc" and row["floor_fwd_of_copy"] > 0 and row["bwd_of_floor"] > 0, row

@@ -259,7 +259,7 @@ def _prepare(shape, args, be, device, dt, torch_side, rng, timing=None):
     if getattr(args, "floor", False):
         from numr_web.bench import floor
 
-        fns.update(floor.timed_callables(X, DY, groups))
+        fns.update(floor.timed_callables(X, DY, groups, layout=args.layout))
     timers = {k: (torch_side.timer if k.startswith("torch") else timer) for k in fns}
     per_sample, settle = plan_samples(fns, timers)
     return {

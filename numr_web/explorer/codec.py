@@ -1,5 +1,7 @@
-"""The results codec: the arrays a recompute read back -> the ``results`` and ``input_data`` Bytes traits and
-``results_meta`` (docs/explorer-contract.md), and back, NumPy-free."""
+"""The Explorer's results codec: what a recompute read back, to the Bytes traits the view draws, and back.
+
+The arrays a recompute read back become the ``results`` and ``input_data`` Bytes traits and ``results_meta``
+(docs/explorer-contract.md); ``decode_results`` turns them back into plain Python arrays, NumPy-free."""
 
 from __future__ import annotations
 

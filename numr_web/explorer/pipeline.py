@@ -1,5 +1,7 @@
-"""The Explorer's recompute: numr_web's forward and closed-form backward on the Explorer's device, and the
-contract's extras, read back as float32 bytes.
+"""The Explorer's recompute: forward, closed-form backward and the contract's extras on its device, as bytes.
+
+numr_web's forward and closed-form backward on the Explorer's device, and the contract's extras, are read back
+as float32 bytes.
 
 ``Pipeline.run(controls)`` is a generator: it yields WebGPU arrays whose bytes it needs and is sent them back
 (read blocking, or awaited where Python cannot block), and returns ({name: (bytes, shape)}, last), ``last``
