@@ -353,21 +353,25 @@ _OWNERS = {
 }
 
 
-class _Launcher(types.ModuleType):
-    """This module's type: the names of ``_OWNERS`` are read from and assigned to their modules."""
+def _forwarded(name, owner):
+    """A property of the launcher module reading and assigning ``owner.name``: a data descriptor, so
+    tools that save and restore a module attribute (pytest's monkeypatch) restore the owner's value
+    instead of finding nothing in this module's ``__dict__``."""
 
-    def __getattr__(self, name):
-        owner = _OWNERS.get(name)
-        if owner is None:
-            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+    def get(_self):
         return getattr(owner, name)
 
-    def __setattr__(self, name, value):
-        owner = _OWNERS.get(name)
-        if owner is not None:
-            setattr(owner, name, value)
-        else:
-            super().__setattr__(name, value)
+    def put(_self, value):
+        setattr(owner, name, value)
 
+    return property(get, put, doc=f"{owner.__name__}.{name}")
+
+
+#: this module's type: the names of ``_OWNERS`` are properties reading from and assigning to their modules
+_Launcher = type(
+    "_Launcher",
+    (types.ModuleType,),
+    {name: _forwarded(name, owner) for name, owner in _OWNERS.items()},
+)
 
 sys.modules[__name__].__class__ = _Launcher
