@@ -586,10 +586,9 @@ def _bytes_spec(a, layout="nchw"):
     return {"b64": _b64(phys), "shape": list(a.shape), "layout": layout}
 
 
-@pytest.fixture(scope="module")
-def hard_results(browser):
-    """Every problem of every float32 hard case, run once in the page's Pyodide."""
-    problems = {name: hard.hard_problems_of(name) for name in hard.HARD_CASES}
+def _hard_run(browser, names, plan="auto"):
+    """(problems, results) of the float32 hard cases ``names``, run in the page's Pyodide under ``plan``."""
+    problems = {name: hard.hard_problems_of(name) for name in names}
     specs = {
         f"{name}/{key}": {
             "x": _bytes_spec(p.x, p.layout),
@@ -605,38 +604,19 @@ def hard_results(browser):
     }
     assert all(p.x.dtype == np.float32 for by_key in problems.values() for p in by_key.values())
     t0 = time.perf_counter()
-    results = browser.py(f"PROBLEMS = {specs!r}\n" + HARD_PROGRAM, where="page", timeout_ms=240_000)
-    print(f"hard cases: {len(specs)} problems in {time.perf_counter() - t0:.1f} s")
+    head = f"import os\nos.environ['NUMR_WEB_WEBGPU_PLAN'] = {plan!r}\nPROBLEMS = {specs!r}\n"
+    results = browser.py(head + HARD_PROGRAM, where="page", timeout_ms=240_000)
+    print(f"hard cases, plan {plan}: {len(specs)} problems in {time.perf_counter() - t0:.1f} s")
     return problems, results
 
 
-# Chromium's WebGPU (SwiftShader) where the float32 sums of a group overflow: dx loses its digits and a
-# subnormal rstd (~3e-39 at +-3e38) comes back 0, as from a flush of subnormal intermediates, which
-# lavapipe keeps (measured: dx 7.7e-4 at 1e35, 6.2e-2 at 1e37, 0.9 and rstd 0 at +-3e38, both layouts).
-# Expected failures, strict: once the kernels keep these there too, the run fails until this goes.
-SWIFTSHADER_FAILS = {
-    "sums_overflow-nchw-1e+35": "dx 7.7e-4",
-    "sums_overflow-nhwc-1e+35": "dx 7.7e-4",
-    "sums_overflow-nchw-1e+37": "dx 6.2e-2",
-    "sums_overflow-nhwc-1e+37": "dx 6.2e-2",
-    "near_float32_max-nchw": "dx 0.9, rstd 0",
-    "near_float32_max-nhwc": "dx 0.9, rstd 0",
-}
+@pytest.fixture(scope="module")
+def hard_results(browser):
+    """Every problem of every float32 hard case, run once in the page's Pyodide."""
+    return _hard_run(browser, hard.HARD_CASES)
 
 
-def _hard_params():
-    assert set(SWIFTSHADER_FAILS) <= set(hard.HARD_CASES)
-    for name in hard.HARD_CASES:
-        why = SWIFTSHADER_FAILS.get(name)
-        marks = [pytest.mark.xfail(raises=AssertionError, strict=True, reason=f"SwiftShader: {why}")] if why else []
-        yield pytest.param(name, marks=marks, id=name)
-
-
-@pytest.mark.parametrize("name", list(_hard_params()))
-def test_hard_case_in_browser(hard_results, name):
-    """A hard case of tests/test_hard_inputs.py through from_buffer and tobytes on the browser's WebGPU,
-    checked by that module's own check (the exact-rational oracle, lavapipe's figures)."""
-    problems, results = hard_results
+def _check_hard(problems, results, name):
     outs = {}
     for key, p in problems[name].items():
         got = results[f"{name}/{key}"]
@@ -644,6 +624,30 @@ def test_hard_case_in_browser(hard_results, name):
         outs[key] = {k: _decode(v) for k, v in got.items()}
         assert outs[key]["y"].shape == p.x.shape and got["y"]["dtype"] == "float32", (key, got["y"])
     hard.HARD_CASES[name][1]("browser", problems[name], outs)
+
+
+# Chromium's WebGPU (SwiftShader) flushes subnormal results of arithmetic to zero, which WGSL allows and
+# lavapipe does not do: an rstd near 3e-39 (|x| near float32's largest) and the dx of groups whose rstd is
+# below about 1e-34 are subnormal or partly so.  The kernels form them in scaled units and build the
+# subnormal's bits with integer operations (group_norm_pow2.wgsl); before they did, these cases failed here
+# (dx 7.7e-4 at 1e35, 6.2e-2 at 1e37, 0.9 and rstd 0 at +-3e38, both layouts).
+@pytest.mark.parametrize("name", list(hard.HARD_CASES))
+def test_hard_case_in_browser(hard_results, name):
+    """A hard case of tests/test_hard_inputs.py through from_buffer and tobytes on the browser's WebGPU,
+    checked by that module's own check (the exact-rational oracle, lavapipe's figures)."""
+    _check_hard(*hard_results, name)
+
+
+# the cases with subnormal results (above), through each plan's kernels
+SUBNORMAL_CASES = [n for n in hard.HARD_CASES if n.startswith(("sums_overflow-", "near_float32_max-"))]
+
+
+@pytest.mark.parametrize("plan", ["fused", "split", "thread"])
+def test_subnormal_results_under_every_plan_in_browser(browser, plan):
+    assert len(SUBNORMAL_CASES) == 6, SUBNORMAL_CASES
+    problems, results = _hard_run(browser, SUBNORMAL_CASES, plan)
+    for name in SUBNORMAL_CASES:
+        _check_hard(problems, results, name)
 
 
 def test_offline(browser):

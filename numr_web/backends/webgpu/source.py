@@ -2,7 +2,8 @@
 
 Kept deliberately tiny (a JavaScript port is a dozen lines):
 
-* ``//!include NAME.wgsl`` lines are replaced by that file;
+* ``//!include NAME.wgsl`` lines are replaced by that file (its own includes too; a file
+  already included once is not included again);
 * every storage role declared ``var<storage, MODE> R: array<ST_R>`` gets the
   load (and, for ``read_write``, store) helpers of its dtype from
   ``dtype_<key>.wgsl``, with ``$`` replaced by ``R``;
@@ -48,8 +49,17 @@ def _literal(value) -> tuple[str, str]:
 
 
 def expand(kernel: str) -> str:
-    """``kernel``'s text with its ``//!include`` lines replaced by the files they name."""
-    return _INCLUDE.sub(lambda m: read(m.group(1)), read(kernel))
+    """``kernel``'s text with its ``//!include`` lines replaced by the files they name, each once."""
+    seen = {kernel}
+
+    def include(m):
+        name = m.group(1)
+        if name in seen:
+            return ""
+        seen.add(name)
+        return _INCLUDE.sub(include, read(name))
+
+    return _INCLUDE.sub(include, read(kernel))
 
 
 def build(kernel: str, dtypes: dict, constants: dict) -> str:

@@ -138,12 +138,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       let I = item_of(it, gl, gr.n, gr.g);
       let scale = lane_w(I.ch) * gr.rstd_s;
       let shift = lane_b(I.ch) - zlo * scale;
-      let alpha = lane_w(I.ch) * gr.rstd;
+      let alpha = lane_w(I.ch) * gr.rstd_s;
       for (var t = I.t0; t < I.t1; t++) {
         let u = (I.base + t * I.tstride) >> 2u;
         let xc = ld_X(u) * gr.sc - gr.ms;
         let dz = dz_of(ld_DY(u), xc, scale, shift);
-        st_DX(u, alpha * dz + cf.y * xc + cf.x);
+        st_DX(u, times_pow2_4(alpha * dz + cf.y * xc + cf.x, vec4<f32>(gr.sc)));
       }
     }
   }

@@ -20,7 +20,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
   for (var n = 0u; n < q.N; n++) {
     let v = DSDB[n * q.C + c].xy;
     let rstd = RSTD[n * q.G + g];
-    dw += rstd / rstd_scale(rstd) * (v.x - COEF[n * q.G + g].z * v.y);
+    dw += over_scale(rstd, rstd_scale(rstd)) * (v.x - COEF[n * q.G + g].z * v.y);
     dbias += v.y;
   }
   DWEIGHT[c] = dw;

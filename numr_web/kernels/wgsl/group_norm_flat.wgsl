@@ -82,8 +82,8 @@ fn dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<
     let s = rstd_scale(rstd);
     sc[k] = s;
     ms[k] = MEAN[l.gg] * s;
-    alpha[k] = rstd * wv(l.c);
-    scale[k] = rstd / s * wv(l.c);
+    scale[k] = over_scale(rstd, s) * wv(l.c);
+    alpha[k] = scale[k];
     shift[k] = bv(l.c) - cf.w * scale[k];   // cf.w: the mean's low part z was rebuilt with (SILU)
     c0[k] = cf.x;
     c1[k] = cf.y;
@@ -96,5 +96,5 @@ fn dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<
     let s = 1.0 / (1.0 + exp(-z));
     dz = dz * s * (1.0 + z * (1.0 - s));
   }
-  st_Y(ui, alpha * dz + c1 * xc + c0);
+  st_Y(ui, times_pow2_4(alpha * dz + c1 * xc + c0, sc));
 }

@@ -89,7 +89,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let rstd_s = aux.z;
   if (lid == 0u) {
     MEAN[gg] = (mean_hi * sc + mean_lo) / sc;
-    RSTD[gg] = rstd_s * sc;
+    RSTD[gg] = times_pow2(rstd_s, sc);
     AUX[gg] = vec4<f32>(mean_hi, mean_lo, rstd_s, sc);
   }
   if (APPLY) {

@@ -10,7 +10,7 @@ fn grad_group(gg: u32) -> GradGroup {
   let mean = MEAN[gg];
   let rstd = RSTD[gg];
   let sc = rstd_scale(rstd);
-  return GradGroup(gg / p.G, gg % p.G, mean, rstd, sc, mean * sc, rstd / sc);
+  return GradGroup(gg / p.G, gg % p.G, mean, rstd, sc, mean * sc, over_scale(rstd, sc));
 }
 
 // Whether a group's backward first restores its mean's low part (SiLU rebuilds z from the mean).

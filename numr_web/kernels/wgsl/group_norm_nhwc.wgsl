@@ -248,7 +248,7 @@ fn forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
       }
       let gg = blk.n * p.G + blk.g0 + j;
       MEAN[gg] = (rec.x * sc + rec.y) / sc;
-      RSTD[gg] = rec.z * sc;
+      RSTD[gg] = times_pow2(rec.z, sc);
       wg_grp[j] = rec;
     }
   }
@@ -317,7 +317,7 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let sc = rstd_scale4(rec[3]);
     let ms = rec[2] * sc;
     let c = blk.c0 + 4u * r.x;
-    let scale = wv(c) * (rec[3] / sc);
+    let scale = wv(c) * over_scale4(rec[3], sc);
     let shift = bv(c) - lane_zlo(lg) * scale;
     let u0 = blk.base + c;
     var ds = vec4<f32>(0.0);
@@ -381,8 +381,8 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let sc = rstd_scale4(rec[3]);
     let ms = rec[2] * sc;
     let c = blk.c0 + 4u * r.x;
-    let alpha = wv(c) * rec[3];
-    let scale = wv(c) * (rec[3] / sc);
+    let scale = wv(c) * over_scale4(rec[3], sc);
+    let alpha = scale;
     let shift = bv(c) - lane_zlo(lg) * scale;
     let u0 = blk.base + c;
     for (var t = r.y; t < r.z; t++) {
@@ -394,7 +394,7 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
         let s = 1.0 / (1.0 + exp(-z));
         dz = dz * s * (1.0 + z * (1.0 - s));
       }
-      st_Y(u, alpha * dz + c1 * xc + c0);
+      st_Y(u, times_pow2_4(alpha * dz + c1 * xc + c0, sc));
     }
   }
 }

@@ -41,7 +41,7 @@ fn row_of(row: u32) -> Row {
   o.ms = gr.ms;
   var zlo = 0.0;
   if (SILU && !REFINE) { zlo = WS[p.coef_at + o.gg].w; }
-  o.alpha = lane_w(o.c) * gr.rstd;
+  o.alpha = lane_w(o.c) * gr.rstd_s;
   o.scale = lane_w(o.c) * gr.rstd_s;
   o.shift = lane_b(o.c) - zlo * o.scale;
   return o;
@@ -124,7 +124,7 @@ fn dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<
 fn dx_of(x: vec4<f32>, dy: vec4<f32>, R: Row, cf: vec4<f32>) -> vec4<f32> {
   let xc = x * R.sc - R.ms;
   let dz = dz_of(dy, xc, R.scale, R.shift);
-  return R.alpha * dz + cf.y * xc + cf.x;
+  return times_pow2_4(R.alpha * dz + cf.y * xc + cf.x, vec4<f32>(R.sc));
 }
 
 // dx over steps [first, last) of the chunk, row by row.

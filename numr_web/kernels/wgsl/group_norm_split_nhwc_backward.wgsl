@@ -9,7 +9,7 @@
 //   combine:  one thread per group, channel by channel, tiles in order (fixed order, bitwise
 //             repeatable): REFINE: zlo -> COEF.w; else per channel (ds, db) -> DSDB, then the
 //             group's coefficients -> COEF = (c0, c1, mean_lo, zlo).
-//   dx:       dx = w rstd dz + c1 xc_s + c0 over the same cut, per-channel terms in registers.
+//   dx:       dx = s (w rstd_s dz + c1_s xc_s + c0_s) over the same cut, per-channel terms in registers.
 // dweight and dbias come from DSDB and COEF (group_norm_dweight.wgsl), as for the other plans.
 // Constants: NHWC = true, VEC = 4, SILU, AFFINE, WG, KQ, REFINE.  The combine entry point and
 // dz: group_norm_split_grad.wgsl; the cut: group_norm_split_tiles.wgsl.
@@ -29,7 +29,8 @@
 @group(0) @binding(8) var<uniform> p: Params;
 
 // What quad q's lanes need, one lane per channel: xc_s = x * sc - ms; z = xc_s * scale + shift
-// (SILU); dx = alpha * dz + c1 * xc_s + c0; go: some lane's group needs the REFINE sum.
+// (SILU); dx = s (alpha * dz + c1 * xc_s + c0), alpha, c1 and c0 in units divided by s; go: some
+// lane's group needs the REFINE sum.
 struct Quad { sc: vec4<f32>, ms: vec4<f32>, scale: vec4<f32>, shift: vec4<f32>, alpha: vec4<f32>,
               c0: vec4<f32>, c1: vec4<f32>, go: bool }
 
@@ -42,8 +43,8 @@ fn quad_of(nl: u32, q: u32) -> Quad {
   o.ms = mean * o.sc;
   let c = 4u * q;
   let w = lane_w(c);
-  o.alpha = w * rstd;
-  o.scale = w * (rstd / o.sc);
+  o.scale = w * over_scale4(rstd, o.sc);
+  o.alpha = o.scale;
   var zlo = vec4<f32>(0.0);
   if (SILU && !REFINE) {
     zlo = vec4<f32>(WS[p.coef_at + lg.x].w, WS[p.coef_at + lg.y].w, WS[p.coef_at + lg.z].w,
@@ -172,7 +173,7 @@ fn group_resid(gl: u32) -> f32 {
 
 fn dx_of(x: vec4<f32>, dy: vec4<f32>, k: Quad) -> vec4<f32> {
   let xc = x * k.sc - k.ms;
-  return k.alpha * dz_of(dy, xc, k.scale, k.shift) + k.c1 * xc + k.c0;
+  return times_pow2_4(k.alpha * dz_of(dy, xc, k.scale, k.shift) + k.c1 * xc + k.c0, k.sc);
 }
 
 @compute @workgroup_size(WG)

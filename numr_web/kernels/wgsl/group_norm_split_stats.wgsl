@@ -30,6 +30,6 @@ fn finish_group(gl: u32, ks: vec3<f32>, s: vec2<f32>) {
   }
   let aux = group_aux(st, sc);
   MEAN[gg] = (aux.x * sc + aux.y) / sc;
-  RSTD[gg] = aux.z * sc;
+  RSTD[gg] = times_pow2(aux.z, sc);
   AUX[gg] = aux;
 }

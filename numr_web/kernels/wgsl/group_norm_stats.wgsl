@@ -1,6 +1,9 @@
 // Forward statistics from shifted sums, shared by the fused kernel (group_norm_forward.wgsl)
 // and the split plan's combine pass (group_norm_split.wgsl), so both give the same numerics.
-// Needs p.inv_m and p.eps (struct Params, group_norm_common.wgsl).
+// Needs p.inv_m and p.eps (struct Params, group_norm_common.wgsl).  rstd is stored as
+// times_pow2(rstd_s, s): a subnormal rstd (|x| near float32's largest) is kept, not flushed.
+
+//!include group_norm_pow2.wgsl
 
 fn not_finite(v: f32) -> bool { return (bitcast<u32>(v) & 0x7f800000u) == 0x7f800000u; }
 

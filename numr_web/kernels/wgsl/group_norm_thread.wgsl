@@ -55,7 +55,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let mean_lo = aux.y;  // scaled units
   let rstd_s = aux.z;
   MEAN[gg] = (mean_hi * sc + mean_lo) / sc;
-  RSTD[gg] = rstd_s * sc;
+  RSTD[gg] = times_pow2(rstd_s, sc);
   AUX[gg] = vec4<f32>(mean_hi, mean_lo, rstd_s, sc);
 
   let hs = mean_hi * sc;

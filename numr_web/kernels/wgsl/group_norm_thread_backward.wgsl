@@ -44,11 +44,11 @@ fn sweep_sums(acc: ptr<function, mat3x4<f32>>, x: vec4<f32>, dy: vec4<f32>, gr: 
   (*acc)[2] += xc;
 }
 
-// dx of one vec4 from the group's coefficients cf (c0, c1) and a lane's alpha = w * rstd.
+// dx of one vec4 from the group's coefficients cf (c0_s, c1_s) and a lane's alpha = w * rstd_s.
 fn dx_of(x: vec4<f32>, dy: vec4<f32>, gr: GradGroup, scale: vec4<f32>, shift: vec4<f32>, alpha: vec4<f32>,
          cf: vec3<f32>) -> vec4<f32> {
   let xc = x * gr.sc - gr.ms;
-  return alpha * dz_of(dy, xc, scale, shift) + cf.y * xc + cf.x;
+  return times_pow2_4(alpha * dz_of(dy, xc, scale, shift) + cf.y * xc + cf.x, vec4<f32>(gr.sc));
 }
 
 @compute @workgroup_size(WG)
@@ -111,7 +111,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let ch = gr.g * p.Cg + c;
     let scale = lane_w(ch) * gr.rstd_s;
     let shift = lane_b(ch) - zlo * scale;
-    let alpha = lane_w(ch) * gr.rstd;
+    let alpha = lane_w(ch) * gr.rstd_s;
     let uend = u + hw;
     for (; u < uend; u++) {
       if (U8) {
