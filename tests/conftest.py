@@ -25,6 +25,19 @@ TARGETS = {
 }
 
 
+def require_torch():
+    """torch, or a skip where it is not installed (README: `pip install torch==2.13.0`); under CI=true,
+    where .ci/run installs it, a failure."""
+    try:
+        import torch
+    except ImportError as e:
+        msg = f"torch is not importable ({e}); pip install torch==2.13.0 (README, the tests)"
+        if IN_CI:
+            pytest.fail(msg + "; .ci/run installs it, so it is required under CI=true")
+        pytest.skip(msg)
+    return torch
+
+
 def require_target(target: str):
     device, path = TARGETS[target]
     if path == "fused":

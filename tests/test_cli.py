@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import require_torch
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -326,11 +327,8 @@ def test_bench_honours_the_cpu_path_variable_unless_the_flag_is_given(tmp_path, 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
 def test_bench_compare_torch_runs_for_every_dtype(tmp_path, dtype, layout):
     """float64 gave torch float32 weight and bias beside float64 x ("mixed dtype (CPU)", exit 1).
-    torch is not in the dev extra: without it this skips, under CI=true too."""
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:
-        pytest.skip("torch is not installed here (pip install torch); it is not in the dev extra" + " (CI too)" * IN_CI)
+    torch is not in the dev extra (README's tests paragraph: pip install torch==2.13.0; .ci/run adds it)."""
+    require_torch()
     dest = tmp_path / "rows.json"
     argv = ["bench", "--compare", "torch", "--cpu-path", "numpy", "--dtype", dtype, "--layout", layout]
     out = run(*argv, "--shapes", "2,32,8,8,8", "--repeat", "2", "--json", str(dest))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import require_torch
 
 import numr_web
 from numr_web.errors import DeviceMismatch, ShapeMismatch
@@ -179,7 +180,7 @@ def test_a_class_that_only_takes_cupys_module_name_is_a_type_error(where):
 
 
 def test_a_real_torch_tensor_is_named(rng):
-    torch = pytest.importorskip("torch", reason="torch is not installed here (pip install torch)")
+    torch = require_torch()
     with pytest.raises(TypeError, match=r"x: expected .*, got torch\.Tensor \(pass its \.detach\(\)\.numpy\(\)"):
         numr_web.group_norm(torch.tensor(X), 4)
 
