@@ -304,6 +304,8 @@ def test_bad_control_values_set_status_and_never_raise():
 def test_async_recompute_where_blocking_is_unavailable(monkeypatch):
     """Where Python cannot block (Pyodide without JSPI) the recompute awaits its read-backs in a task."""
     require_target("webgpu")
+    import numr_web.webgpu  # noqa: F401  (the submodule, also when this test runs alone)
+
     monkeypatch.setattr(widget_module, "_can_block", lambda: False)
     reads = []
     real = numr_web.webgpu.WebGPUArray.tobytes
@@ -328,6 +330,41 @@ def test_async_recompute_where_blocking_is_unavailable(monkeypatch):
     assert not reads
     assert e.status == "ok" and decoded(e)["mean"].shape == (2, 4)
     check_against_numr_web(e)
+
+
+SWITCHES_COMPILE_NOTHING = """
+import asyncio, json
+from numr_web.backends.webgpu import device
+from numr_web.explorer import Explorer
+
+async def main():
+    e = Explorer(shape=(2, 32, 8, 8), num_groups=8, device="webgpu")
+    await e.wait()  # the recompute, then the background compile of the switches
+    out = {"status": e.status, "prepared": e._prepare_task.result(), "compiled": []}
+    ctx = device.context()
+    for name, value in (("dtype", "bfloat16"), ("memory_layout", "nhwc"), ("silu", True), ("dtype", "float16")):
+        before = ctx.compiled_on_call
+        setattr(e, name, value)
+        await e.wait()
+        out["compiled"].append([name, value, e.status, ctx.compiled_on_call - before])
+    return out
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+def test_webgpu_switches_compile_nothing_after_the_first_results():
+    """In a fresh process (an empty pipeline cache), with a running event loop as in a kernel: once the first
+    results are out, the Explorer compiles in the background what a switch of dtype, layout or SiLU needs, so
+    those switches compile no pipeline (without it, these four compile 4, 6, 8 and 10 on lavapipe)."""
+    require_target("webgpu")
+    import json
+
+    out = subprocess.run([sys.executable, "-c", SWITCHES_COMPILE_NOTHING], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["status"] == "ok" and got["prepared"] > 0, got
+    assert [c[2:] for c in got["compiled"]] == [["ok", 0]] * 4, got["compiled"]
 
 
 def test_a_failing_compute_sets_status(monkeypatch):

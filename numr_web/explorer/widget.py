@@ -4,7 +4,9 @@ A control change that the contract lists as a recompute trigger runs ``Pipeline.
 closed-form backward on the Explorer's device) and publishes the results through the codec.  A comm message
 that sets several controls at once (a preset) recomputes once.  Where Python cannot block (Pyodide without
 JSPI) the recompute awaits its read-backs in an asyncio task.  A failing recompute sets ``status`` to
-``"error: ..."``; callbacks never raise.
+``"error: ..."``; callbacks never raise.  On WebGPU, once the first results are out, the pipelines a switch of
+dtype, layout or SiLU will need are compiled in the background (``numr_web.webgpu.prepare``), so that the
+first switch does not wait for a compiler.
 """
 
 from __future__ import annotations
@@ -200,6 +202,7 @@ class Explorer(anywidget.AnyWidget):
         self._batching = False
         self._dirty = False
         self._task = None
+        self._prepare_task = None
         self._last = None
         self._version = 0
         num_groups = inputs.num_groups_type(num_groups)
@@ -290,10 +293,11 @@ class Explorer(anywidget.AnyWidget):
         return codec.decode_results(self.results, self.results_meta, self.input_data)
 
     async def wait(self):
-        """Awaits a recompute in flight (where it runs as an asyncio task)."""
-        task = self._task
-        if task is not None and not task.done():
-            await asyncio.shield(task)
+        """Awaits a recompute in flight (where it runs as an asyncio task), and on WebGPU the background
+        compile of what a switch of dtype, layout or SiLU will need."""
+        for task in (self._task, self._prepare_task):
+            if task is not None and not task.done():
+                await asyncio.shield(task)
 
     # -- internals -----------------------------------------------------------------------
     def _require_last(self):
@@ -407,3 +411,23 @@ class Explorer(anywidget.AnyWidget):
             }
             self.shape = shape
             self.status = "ok"
+        self._prepare_switches()
+
+    def _prepare_switches(self):
+        """Once, after the first results on WebGPU: compiles in the background the pipelines the other dtypes,
+        layouts and SiLU need at this shape and G (desktop: worker threads; browser: createComputePipelineAsync;
+        a call that needs one still compiling waits for that one only).  Needs a running event loop (a Jupyter
+        kernel's, Pyodide's); without one every variant compiles on its first call, as before."""
+        if self._prepare_task is not None or self._dev != "webgpu":
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        import numr_web.webgpu as wg
+
+        calls = [(tuple(int(s) for s in self.shape), int(self.num_groups))]
+        job = wg.prepare(inputs.DTYPES, inputs.LAYOUTS, (None, "silu"), shapes=calls)
+        self._prepare_task = loop.create_task(job)
+        # a variant that failed to compile here fails again, with its error, on the call that needs it
+        self._prepare_task.add_done_callback(lambda t: t.cancelled() or t.exception())
