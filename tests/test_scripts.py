@@ -422,3 +422,42 @@ def test_playground_cold_start_times_a_run_of_each_notebook(tmp_path):
     assert f"Run All -> Explorer drawn: {run['explorer']:5.1f} s" in out.stdout, out.stdout
     bad = _run("playground-cold-start", "--runs", "0")
     assert bad.returncode == 2 and "--runs" in bad.stderr, bad.stderr
+
+
+# -- scripts/gpu-check: what a lent GPU machine runs first (tested here up to the GPU) -------------------
+def test_gpu_check_runs_every_webgpu_step_on_an_allowed_cpu_adapter(tmp_path):
+    """On lavapipe with --allow-cpu-adapter --quick: the reference cases (double backward too, float64 inputs in
+    float32), the hard inputs, the bench per layout with its floor rows, and the plans side by side, each passed,
+    the bench JSON written; CUDA named with the reason it did not run."""
+    from conftest import require_target
+
+    require_target("webgpu")
+    out = _run("gpu-check", "--out", str(tmp_path), "--quick", "--runs", "1", "--allow-cpu-adapter")
+    assert out.returncode == 0, out.stdout + out.stderr
+    found = re.finditer(r"^\| ([^|]+?) \| (passed|FAILED|not run) \|", out.stdout, re.M)
+    rows = {m.group(1): m.group(2) for m in found}
+    steps = ["webgpu reference cases", "webgpu hard inputs", "bench nchw float32", "bench nhwc float32"]
+    assert all(rows.get(s) == "passed" for s in steps + ["plans nchw", "plans nhwc"]), rows
+    assert re.search(r"double backward 1/1", out.stdout), out.stdout
+    for layout in ("nchw", "nhwc"):
+        report = json.loads((tmp_path / f"webgpu-{layout}-float32.json").read_text())
+        assert report["rows"] and all(r["layout"] == layout and r["floor_fwd_of_copy"] > 0 for r in report["rows"])
+    from numr_web.backends import get_backend
+
+    if not get_backend("cuda", require=False).available()[0]:
+        assert rows.get("cuda-check") == "not run" and "CuPy" in out.stdout, out.stdout
+
+
+def test_gpu_check_refuses_a_cpu_adapter_by_default(tmp_path):
+    """Without a GPU: nothing runs, exit 2, and the summary says the adapter is a CPU one and how to run anyway."""
+    from conftest import require_target
+
+    from numr_web.backends import get_backend
+
+    require_target("webgpu")
+    if get_backend("cuda", require=False).available()[0]:
+        pytest.skip("a CUDA GPU is here: gpu-check runs cuda-check")
+    out = _run("gpu-check", "--out", str(tmp_path))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "the adapter is a CPU one" in out.stdout and "--allow-cpu-adapter" in out.stdout, out.stdout
+    assert "nothing could run here" in out.stdout
