@@ -257,6 +257,35 @@ def test_a_g_change_sends_the_inputs_buffer_no_more():
     check_against_numr_web(e)
 
 
+def test_a_dtype_or_layout_switch_generates_no_input_again(device, monkeypatch):
+    """The generated x and the random dy depend on neither the dtype nor the layout control: a switch casts or
+    transposes the kept values (generating the random dy alone took about 0.3 s at (4, 64, 32, 32)); a seed
+    or batch change generates them again."""
+    from numr_web.explorer import pipeline as pipeline_module
+
+    made = []
+    for module, name in ((pipeline_module, "random_dy"), (pipeline_module.inputs, "sample")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _name=name, **k: made.append(_name) or _real(*a, **k))
+    e = Explorer(device=device, num_groups=4, grad_mode="random")
+    assert made.count("random_dy") == 1 and made.count("sample") == 2  # one x sample each of a batch of 2
+    made.clear()
+    for name, value in (
+        ("dtype", "bfloat16"),
+        ("memory_layout", "nhwc"),
+        ("dtype", "float32"),
+        ("memory_layout", "nchw"),
+    ):
+        setattr(e, name, value)
+        assert e.status == "ok", e.status
+        check_against_numr_web(e)
+    assert made == []
+    e.seed = 3
+    assert made.count("random_dy") == 1 and made.count("sample") == 2
+    e.batch = 3
+    assert made.count("random_dy") == 2 and made.count("sample") == 5
+
+
 def test_bad_arguments_raise_clear_errors():
     x = np.zeros((2, 8, 4), np.float32)
     with pytest.raises(TypeError, match="^x:"):

@@ -29,6 +29,7 @@ class Pipeline:
         self.x_user = x_user
         self.base_shape = tuple(base_shape)
         self.cache = {}
+        self.host_cache = {}
         self.weight = self.affine(weight, "weight", 1.0)
         self.bias = self.affine(bias, "bias", 0.0)
 
@@ -114,21 +115,8 @@ class Pipeline:
         n = shape[0]
         user = self.x_user
         if user is None:
-            buf = array.array("f")
-            for i in range(n):
-                buf.extend(
-                    inputs.sample(
-                        i,
-                        shape[1:],
-                        offset=c.offset,
-                        scale=c.scale,
-                        spread=c.channel_spread,
-                        outlier=c.outlier_channel,
-                        seed=c.seed,
-                        pattern=c.pattern,
-                    )
-                )
-            return self.upload(buf, shape, c.memory_layout)
+            key = (shape, c.offset, c.scale, c.channel_spread, c.outlier_channel, c.seed, c.pattern)
+            return self.upload(self.host("x", key, lambda: self.generate_x(c, shape)), shape, c.memory_layout)
         n0 = int(user.shape[0])
         if n == n0:
             return self.as_layout(float32_on(user, self.dev), c.memory_layout)
@@ -159,9 +147,37 @@ class Pipeline:
                 host = array.array("f", [0.0]) * math.prod(shape[1:])
             host = host * shape[0]
         else:
-            gauss = random.Random(c.seed * 1_000_003 + 7_777_777).gauss
-            host = array.array("f", (gauss(0.0, 1.0) for _ in range(math.prod(shape))))
+            host = self.host("dy", (shape, c.seed), lambda: random_dy(c.seed, math.prod(shape)))
         return self.cast(self.upload(host, shape, c.memory_layout), c.dtype)
+
+    def host(self, name, key, make):
+        """float32 host values that do not depend on the dtype or layout controls, kept while ``key`` stays the
+        same: a switch of dtype or layout casts or transposes them again instead of generating them again (for
+        a (4, 64, 32, 32) input, about 0.3 s of CPython for the random dy)."""
+        cached = self.host_cache.get(name)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        value = make()
+        self.host_cache[name] = (key, value)
+        return value
+
+    @staticmethod
+    def generate_x(c, shape):
+        buf = array.array("f")
+        for i in range(shape[0]):
+            buf.extend(
+                inputs.sample(
+                    i,
+                    shape[1:],
+                    offset=c.offset,
+                    scale=c.scale,
+                    spread=c.channel_spread,
+                    outlier=c.outlier_channel,
+                    seed=c.seed,
+                    pattern=c.pattern,
+                )
+            )
+        return buf
 
     def kept(self, key, make):
         """``make()``'s value, kept while ``key`` stays the same (a generator: ``make`` may yield)."""
@@ -240,6 +256,12 @@ class Pipeline:
             parts[name] = yield from self.read(a)
         last = {"x": x, "dy": dy, "y": y, "mean": mean, "rstd": rstd, "dx": dx, "dweight": dweight, "dbias": dbias}
         return parts, last
+
+
+def random_dy(seed, count):
+    """The "random" upstream gradient: ``count`` standard normal float32 values from ``seed`` (NumPy-free)."""
+    gauss = random.Random(seed * 1_000_003 + 7_777_777).gauss
+    return array.array("f", (gauss(0.0, 1.0) for _ in range(count)))
 
 
 def as_gen(value):
