@@ -16,6 +16,11 @@ export function h<K extends keyof HTMLElementTagNameMap>(tag: K, attrs: Record<s
   return e;
 }
 
+/** Sets an element's text only when it differs (an unchanged text node costs the page no layout). */
+export function setText(el: Element, text: string): void {
+  if (el.textContent !== text) el.textContent = text;
+}
+
 export function divisors(c: number): number[] {
   const out: number[] = [];
   for (let d = 1; d <= c; d++) if (c % d === 0) out.push(d);

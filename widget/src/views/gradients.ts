@@ -1,22 +1,19 @@
 // The gradients of the affine (dweight, dbias per channel) and ‖dx‖ per group, with dx = 0 said in words.
-import * as Plot from "@observablehq/plot";
 import { extent } from "../color";
 import { fmt, fold, h, whenOpen } from "../dom";
 import { zeroSentence } from "../numerics";
 import type { Store } from "../store";
 import { heatmap } from "./heatmap";
-import { hover, smallPlot } from "./plots";
+import { barChart, hover } from "./plots";
 
 function bars(store: Store, name: string, label: string): HTMLElement {
   const geo = store.geo;
   const a = store.results.get(name);
   if (a === undefined || geo === null) return h("p", {}, `${name}: not in the results`);
-  const data = Array.from(a.data, (y, c) => ({ c, y, odd: Math.floor(c / geo.cg) % 2 === 1 }));
   const [lo, hi] = extent(a.data);
   const desc = `${label} per channel, ${geo.c} bars (alternate shades mark the ${geo.g} groups), from ${fmt(lo)} to ${fmt(hi)}`;
-  const plot = smallPlot(300, 52, desc, "channel", label, [
-    Plot.rectY(data, { x1: "c", x2: (d: { c: number }) => d.c + 1, y: "y", fill: (d: { odd: boolean }) => (d.odd ? "var(--jp-brand-color2, #64b5f6)" : "var(--jp-brand-color1, #1976d2)"), inset: 0.2 }),
-  ]);
+  const shade = (c: number): string => (Math.floor(c / geo.cg) % 2 === 1 ? "var(--jp-brand-color2, #64b5f6)" : "var(--jp-brand-color1, #1976d2)");
+  const plot = barChart(300, 52, desc, "channel", label, Array.from(a.data, (y, c) => ({ x1: c, x2: c + 1, y, fill: shade(c) })));
   hover(store, plot, (x) => {
     const c = Math.floor(x);
     return c < 0 || c >= geo.c ? null : `${label}[${c}] = ${fmt(a.data[c])}\nchannel ${c}, group ${Math.floor(c / geo.cg)}`;

@@ -1,11 +1,10 @@
 // The selected group worked through: its statistics, one element from x to y, and the backward from dy to dx, each
 // computed here (float64) from the group's values beside the kernel's number; and the group's histograms.
-import * as Plot from "@observablehq/plot";
 import { extent } from "../color";
 import { at, fmt, fold, h, section, whenOpen } from "../dom";
 import { dxZero, upstream } from "../numerics";
 import { groupValues, type Store } from "../store";
-import { hover, smallPlot } from "./plots";
+import { barChart, hover } from "./plots";
 
 type Line = [testid: string, lhs: string, rhs: string, value: number | string];
 
@@ -93,7 +92,7 @@ function histogram(store: Store, vals: Float32Array | null, label: string, testi
   let sum = 0;
   for (const x of vals) sum += x;
   const desc = `Histogram of ${label}: ${vals.length} values from ${fmt(lo)} to ${fmt(hi)}, average ${fmt(sum / vals.length)}, in ${count} equal bins`;
-  const plot = smallPlot(260, 40, desc, label, "count", [Plot.rectY(data, { x1: "x1", x2: "x2", y: "y", insetLeft: 0.5, insetRight: 0.5, fill: "var(--jp-brand-color1, #1976d2)" })]);
+  const plot = barChart(260, 40, desc, label, "count", data.map((d) => ({ ...d, fill: "var(--jp-brand-color1, #1976d2)" })));
   hover(store, plot, (x) => {
     const k = Math.floor((x - lo) / width);
     const d = data[Math.min(count - 1, k)];

@@ -1,5 +1,5 @@
 // The per-group statistics: mean and rstd as heatmaps, and the table of their values (kept open or closed).
-import { at, fmt, fold, h, section } from "../dom";
+import { at, fmt, fold, h, section, setText } from "../dom";
 import type { Store } from "../store";
 import { heatmap } from "./heatmap";
 
@@ -24,16 +24,21 @@ export function statsView(store: Store): HTMLElement {
     if (geo === null) return tbody.replaceChildren();
     const m = store.results.get("mean")?.data, r = store.results.get("rstd")?.data;
     const [sn, sg] = store.sel();
-    const rows: HTMLElement[] = [];
-    for (let n = 0; n < geo.n; n++)
-      for (let g = 0; g < geo.g; g++) {
-        const i = n * geo.g + g;
-        const tr = h("tr", {}, h("td", {}, String(n)), h("td", {}, String(g)), h("td", {}, fmt(at(m, i))), h("td", {}, fmt(at(r, i))));
-        if (n === sn && g === sg) tr.className = "nw-selected";
-        rows.push(tr);
+    // the rows are kept and only their text changes: new rows would each cost a style recalculation against the
+    // page's stylesheets (JupyterLab's are large), tens of ms for a few hundred rows on a slow machine
+    const count = geo.n * geo.g;
+    while (tbody.rows.length > count) tbody.lastElementChild?.remove();
+    while (tbody.rows.length < count) tbody.append(h("tr", {}, h("td"), h("td"), h("td"), h("td")));
+    for (let n = 0, i = 0; n < geo.n; n++)
+      for (let g = 0; g < geo.g; g++, i++) {
+        const tr = tbody.rows[i]!;
+        setText(tr.cells[0]!, String(n));
+        setText(tr.cells[1]!, String(g));
+        setText(tr.cells[2]!, fmt(at(m, i)));
+        setText(tr.cells[3]!, fmt(at(r, i)));
+        tr.classList.toggle("nw-selected", n === sn && g === sg);
       }
-    tbody.replaceChildren(...rows);
-    tableFold.title.textContent = `Table of mean and rstd (${geo.n * geo.g} groups)`;
+    tableFold.title.textContent = `Table of mean and rstd (${count} groups)`;
   }
   function draw(): void {
     mean.draw();
