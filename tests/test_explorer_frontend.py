@@ -357,6 +357,26 @@ def test_status_shows_computing_and_errors(page):
     assert text(page, "status") == "Error: num_groups must divide C"
 
 
+def test_views_dim_only_while_a_recompute_runs_long(page):
+    """A quick recompute does not fade the views out and in (a flicker, and frames competing with the redraw); one
+    running longer than 300 ms (BUSY_MS) dims them, and they are back at once when it ends."""
+    mount(page, state_for(compute()))
+    busy = "() => document.querySelector('.nw-explorer').classList.contains('nw-busy')"
+    page.evaluate("() => window.pyUpdate({status: 'computing'})")
+    assert page.evaluate(busy) is False
+    page.wait_for_timeout(100)
+    page.evaluate("() => window.pyUpdate({status: 'ok'})")
+    page.wait_for_timeout(400)
+    assert page.evaluate(busy) is False  # the quick one never dimmed
+    page.evaluate("() => window.pyUpdate({status: 'computing'})")
+    page.wait_for_function(busy, timeout=2000)
+    opacity = "() => getComputedStyle(document.querySelector('.nw-body')).opacity"
+    page.wait_for_function(f"() => Number(({opacity})()) < 0.7", timeout=2000)
+    page.evaluate("() => window.pyUpdate({status: 'ok'})")
+    assert page.evaluate(busy) is False
+    assert page.evaluate(opacity) == "1"  # no fade back
+
+
 def test_bn_mean_moves_with_the_batch_and_gn_mean_does_not(page):
     a2 = compute(n=2, seed=3)
     mount(page, state_for(a2))
