@@ -132,6 +132,7 @@ async def prepare(
     shapes=None,
     backward=True,
     autograd=True,
+    concurrency=None,
 ) -> int:
     """Compile ahead of need, without blocking, every pipeline the GroupNorm calls of these
     ``dtypes`` (float32, float16, bfloat16), ``layouts`` ("nchw", "nhwc": channels-last) and
@@ -144,6 +145,9 @@ async def prepare(
     shape is compiled).  Awaitable everywhere: the browser compiles with
     ``createComputePipelineAsync``; on the desktop worker threads compile (``asyncio.run``
     waits for them; a call that needs a pipeline still compiling waits for that one only).
+    ``concurrency``: at most that many compile at once, in order (None: all at once).  A page
+    that goes on computing meanwhile passes a small number: a browser's GPU process compiles
+    in the order asked, so a call's own pipeline would otherwise wait behind every one queued.
     Each argument also takes a single value.  Returns how many pipelines were compiled.
     """
     from numr_web.backends.webgpu import array_kernels, group_norm_launch
@@ -158,6 +162,10 @@ async def prepare(
     lays = _names(layouts, "layouts", ("nchw", "nhwc"))
     acts = _names(activations, "activations", (None, "silu"))
     wanted = _shapes(shapes)
+    if concurrency is not None and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+    ):
+        raise ValueError(f"concurrency: expected None or a positive integer, got {concurrency!r}")
     ctx = await _device.context_async()
     keys = []
     for dt in dict.fromkeys(kinds):
@@ -167,7 +175,7 @@ async def prepare(
                 keys += group_norm_launch.variant_keys(ctx, dt, layout, act, shapes=calls, backward=backward)
         if autograd:
             keys += [ctx.pipeline_key(*k) for k in array_kernels.variant_keys(ctx, dt)]
-    return await ctx.prepare_pipelines(keys)
+    return await ctx.prepare_pipelines(keys, concurrency)
 
 
 def can_block() -> bool:

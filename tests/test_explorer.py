@@ -396,6 +396,31 @@ def test_webgpu_switches_compile_nothing_after_the_first_results():
     assert [c[2:] for c in got["compiled"]] == [["ok", 0]] * 4, got["compiled"]
 
 
+def test_the_background_compile_goes_nearest_first_one_pipeline_at_a_time(monkeypatch):
+    """The variants a switch needs are compiled nearest the shown dtype and layout first (SiLU toggled, the other
+    layout, then the other dtypes) and follow a switch; each with concurrency=1 (a browser's GPU process compiles
+    in the order asked: a switch's own pipeline then waits behind one at most)."""
+    import numr_web.webgpu as wg
+
+    asked, shown = [], ["float32", "nchw"]
+
+    async def prepare(dtypes, layouts, activations, *, shapes, concurrency):
+        asked.append((dtypes, layouts, activations, concurrency))
+        assert shapes == [((2, 8, 4, 4), 4)]
+        if len(asked) == 4:  # the learner switches to bfloat16 channels-last
+            shown[:] = ["bfloat16", "nhwc"]
+        return 1
+
+    monkeypatch.setattr(wg, "prepare", prepare)
+    n = asyncio.run(widget_module._prepare_nearest_first([((2, 8, 4, 4), 4)], lambda: tuple(shown)))
+    assert n == len(asked) == 12 and len(set(asked)) == 12 and {a[3] for a in asked} == {1}
+    assert [a[:2] for a in asked[:4]] == [("float32", "nchw")] * 2 + [("float32", "nhwc")] * 2
+    # after the switch: bfloat16 channels-last, then the rest of bfloat16 and of channels-last, then float16 NCHW
+    assert [a[:2] for a in asked[4:6]] == [("bfloat16", "nhwc")] * 2
+    assert {a[:2] for a in asked[6:10]} == {("bfloat16", "nchw"), ("float16", "nhwc")}
+    assert [a[:2] for a in asked[10:]] == [("float16", "nchw")] * 2
+
+
 def test_a_failing_compute_sets_status(monkeypatch):
     e = Explorer(device="cpu", num_groups=4)
 

@@ -155,6 +155,45 @@ def test_a_call_waits_for_a_pipeline_still_compiling_instead_of_compiling_it_aga
     assert fresh.compiled_on_call >= 1  # the call counted what it waited for
 
 
+def test_concurrency_bounds_the_compiles_in_flight_in_the_order_asked(fresh, monkeypatch):
+    """With ``concurrency=k`` no more than k pipelines compile at once (a browser's GPU process works through its
+    queue in order, so a call's own compile then waits behind k at most), started in the same order as with
+    None, which starts them all at once.  Every variant is compiled either way."""
+    from concurrent.futures import Future
+
+    from numr_web.backends.webgpu import configure, device
+
+    seen = {}
+    for concurrency in (None, 1, 3):
+        configure()  # an empty pipeline cache each time
+        transport = device.context().transport
+        real_create = transport.create_pipeline
+        in_flight, most, started = [0], [0], []
+
+        def start(dev, code, entry, kinds, real_create=real_create, in_flight=in_flight, most=most, started=started):
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+            started.append((code, entry))
+            future = Future()
+
+            def finish():
+                in_flight[0] -= 1
+                future.set_result(real_create(dev, code, entry, kinds))
+
+            asyncio.get_running_loop().call_soon(finish)
+            return future
+
+        monkeypatch.setattr(transport, "start_pipeline", start)
+        job = numr_web.webgpu.prepare(
+            dtypes=("float32", "bfloat16"), layouts="nchw", shapes=[((2, 64, 8, 8), 8)], concurrency=concurrency
+        )
+        n = asyncio.run(job)
+        assert n == len(started) > 4
+        assert most[0] == (n if concurrency is None else concurrency), concurrency
+        seen[concurrency] = started
+    assert seen[1] == seen[None] and seen[3] == seen[None]
+
+
 def test_bad_arguments_name_the_argument(fresh):
     prep = numr_web.webgpu.prepare
     for kwargs, kind, name in (
@@ -165,6 +204,9 @@ def test_bad_arguments_name_the_argument(fresh):
         ({"shapes": [(2, 8, 4)]}, TypeError, "shapes"),
         ({"shapes": [((2, 8, 4), 3)]}, ValueError, "shapes"),
         ({"shapes": [((2,), 1)]}, ValueError, "shapes"),
+        ({"concurrency": 0}, ValueError, "concurrency"),
+        ({"concurrency": 1.5}, ValueError, "concurrency"),
+        ({"concurrency": True}, ValueError, "concurrency"),
     ):
         with pytest.raises(kind, match=name):
             asyncio.run(prep(**kwargs))

@@ -415,8 +415,8 @@ class Explorer(anywidget.AnyWidget):
 
     def _prepare_switches(self):
         """Once, after the first results on WebGPU: compiles in the background the pipelines the other dtypes,
-        layouts and SiLU need at this shape and G (desktop: worker threads; browser: createComputePipelineAsync;
-        a call that needs one still compiling waits for that one only).  Needs a running event loop (a Jupyter
+        layouts and SiLU need at this shape and G (desktop: worker threads; browser: createComputePipelineAsync),
+        one at a time and nearest first (see ``_prepare_nearest_first``).  Needs a running event loop (a Jupyter
         kernel's, Pyodide's); without one every variant compiles on its first call, as before."""
         if self._prepare_task is not None or self._dev != "webgpu":
             return
@@ -424,10 +424,28 @@ class Explorer(anywidget.AnyWidget):
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        import numr_web.webgpu as wg
-
         calls = [(tuple(int(s) for s in self.shape), int(self.num_groups))]
-        job = wg.prepare(inputs.DTYPES, inputs.LAYOUTS, (None, "silu"), shapes=calls)
-        self._prepare_task = loop.create_task(job)
+        self._prepare_task = loop.create_task(_prepare_nearest_first(calls, lambda: (self.dtype, self.memory_layout)))
         # a variant that failed to compile here fails again, with its error, on the call that needs it
         self._prepare_task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+
+async def _prepare_nearest_first(calls, here):
+    """``numr_web.webgpu.prepare`` for every dtype, layout and SiLU at ``calls``, one variant at a time, each time
+    the one nearest the dtype and layout shown (``here()``) first: SiLU toggled, then the other layout, then the
+    other dtypes; after a switch, those nearest the new one.  One pipeline compiles at a time: a browser's GPU
+    process compiles in the order asked, so a switch's own compile waits behind one pipeline at most instead of
+    behind all (about a hundred, tens of seconds on SwiftShader, which made a first switch in the playground take
+    5 to 8 s).  Returns how many pipelines it compiled."""
+    import itertools
+
+    import numr_web.webgpu as wg
+
+    left = list(itertools.product(inputs.DTYPES, inputs.LAYOUTS, (None, "silu")))
+    compiled = 0
+    while left:
+        dtype, layout = here()
+        dt, lay, act = min(left, key=lambda v: (v[0] != dtype) + (v[1] != layout))  # ties: the first listed
+        left.remove((dt, lay, act))
+        compiled += await wg.prepare(dt, lay, act, shapes=calls, concurrency=1)
+    return compiled

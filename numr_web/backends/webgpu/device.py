@@ -173,12 +173,13 @@ class Context:
             self.compiled_on_call += 1
         return pipe
 
-    async def prepare_pipelines(self, keys) -> int:
+    async def prepare_pipelines(self, keys, concurrency=None) -> int:
         """Compile the variants ``keys`` (``pipeline_key`` tuples) that are not cached yet, without
         blocking: in the browser ``createComputePipelineAsync``, on the desktop worker threads
-        (a call that needs one still in flight waits for that one only).  Returns how many were
-        compiled."""
-        import asyncio
+        (a call that needs one still in flight waits for that one only).  At most ``concurrency``
+        compile at once, in the order given (None: all at once); a compile queue the browser's GPU
+        process works through in order then holds no more than that many ahead of a call's own.
+        Returns how many were compiled."""
 
         todo = {}
         for key in keys:
@@ -186,9 +187,26 @@ class Context:
                 todo[key] = None
         if not todo:
             return 0
+        order = list(todo)
+        step = len(order) if concurrency is None else concurrency
+        failed = None
+        for i in range(0, len(order), step):
+            failed = failed or await self._compile_ahead(order[i : i + step])
+        if failed is not None:
+            (kernel, entry, _dtypes, _constants), exc = failed
+            raise RuntimeError(f"compiling {kernel} ({entry}) ahead of use failed: {exc}") from exc
+        return len(todo)
+
+    async def _compile_ahead(self, keys):
+        """Compiles ``keys`` at once and keeps the pipelines; returns the first (key, error) or None."""
+        import asyncio
+
         start = getattr(self.transport, "start_pipeline", None)
         jobs = []
-        for key in todo:
+        for key in keys:
+            if key in self.pipelines:  # a call compiled it meanwhile
+                jobs.append(asyncio.sleep(0, self.pipelines[key]))
+                continue
             kernel, entry, dtypes, constants = key
             code = source.build(kernel, dict(dtypes), dict(constants))
             kinds = source.binding_kinds(code)
@@ -199,17 +217,14 @@ class Context:
                 jobs.append(self.transport.create_pipeline_async(self.dev, code, entry, kinds))
         results = await asyncio.gather(*jobs, return_exceptions=True)
         failed = None
-        for key, result in zip(todo, results):
+        for key, result in zip(keys, results):
             self._compiling.pop(key, None)
             if isinstance(result, BaseException):
                 failed = failed or (key, result)
             elif key not in self.pipelines:
                 self.pipelines[key] = result
                 self.compiled_ahead += 1
-        if failed is not None:
-            (kernel, entry, _dtypes, _constants), exc = failed
-            raise RuntimeError(f"compiling {kernel} ({entry}) ahead of use failed: {exc}") from exc
-        return len(todo)
+        return failed
 
     def launch(self, kernel, entry, dtypes, constants, bindings, workgroups, params=None, *, prepared=None):
         """Run ``entry`` of ``kernel`` over ``workgroups`` (an int, spread over a 2-D grid).
