@@ -1,6 +1,6 @@
 """The playground offline: its site on 127.0.0.1, Pyodide's CDN answered from a local folder, Chromium.
 
-Used by tests/test_site.py and scripts/playground-cold-start.
+Used by tests/test_site.py, scripts/playground-cold-start and scripts/explorer-latency --playground.
 
 * ``cdn_folder(dest, cache)`` makes the folder that stands in for
   ``https://cdn.jsdelivr.net/pyodide/v{PYODIDE_VERSION}/full/``: the npm ``pyodide`` core of
@@ -16,10 +16,13 @@ Used by tests/test_site.py and scripts/playground-cold-start.
   that folder; it records every failed request.  ``repl(cells)`` opens the site's REPL app with
   ``cells`` as its ``code=`` parameters; ``lab_run_all(notebook)`` opens a notebook in the lab and
   chooses Run All Cells, as a visitor does.
+* ``served_site(tmp, notebooks)`` (the measuring scripts' start): the site built into ``tmp`` with
+  ``notebooks``, served on 127.0.0.1, and the CDN stand-in; yields ``(base URL, cdn folder)``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import pathlib
@@ -27,6 +30,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 
@@ -108,6 +112,22 @@ _TYPES = {".mjs": "text/javascript", ".js": "text/javascript", ".wasm": "applica
 
 READ_OUTPUTS = """() => Array.from(document.querySelectorAll('.jp-OutputArea-output')).map(e => ({
     mime: e.getAttribute('data-mime-type') || '', text: e.innerText }))"""
+
+
+@contextlib.contextmanager
+def served_site(tmp: pathlib.Path, notebooks):
+    """The site built in ``tmp`` with ``notebooks`` and served on 127.0.0.1 (a free port), with the CDN
+    stand-in; yields ``(base URL, cdn folder)`` and stops the server on exit."""
+    from numr_web import site
+
+    site.build(tmp / "site", notebooks=notebooks, log=lambda *a: None)
+    cdn = cdn_folder(tmp / "cdn", HERE / ".wheels")
+    httpd = site.server(tmp / "site", 0)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", cdn
+    finally:
+        httpd.shutdown()
 
 
 class Playground:
