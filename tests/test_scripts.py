@@ -392,11 +392,9 @@ def test_webgpu_plans_times_the_dtype_asked_for():
     assert bad.returncode == 2 and "--dtype" in bad.stderr
 
 
-def test_playground_cold_start_times_a_run_of_each_notebook(tmp_path):
-    """README's cold start comes from scripts/playground-cold-start (docs/benchmarks.md: --runs, --json):
-    one run of notebook 04 to the Explorer drawn and of the one-cell floor, printed and written as JSON.
-    Needs what the playground test needs (Chromium, the npm Pyodide, playwright, the site extra): skipped
-    without them, except under CI=true."""
+def _require_playground():
+    """What the playground test needs (Chromium, the npm Pyodide, playwright, the site extra): a skip without
+    them, a failure under CI=true."""
     import importlib.util
 
     sys.path.insert(0, str(SCRIPTS.parent / "tests" / "browser"))
@@ -410,6 +408,14 @@ def test_playground_cold_start_times_a_run_of_each_notebook(tmp_path):
         if IN_CI:
             pytest.fail(f"required under CI=true: {why}")
         pytest.skip(why)
+
+
+def test_playground_cold_start_times_a_run_of_each_notebook(tmp_path):
+    """README's cold start comes from scripts/playground-cold-start (docs/benchmarks.md: --runs, --json):
+    one run of notebook 04 to the Explorer drawn and of the one-cell floor, printed and written as JSON.
+    Needs what the playground test needs (Chromium, the npm Pyodide, playwright, the site extra): skipped
+    without them, except under CI=true."""
+    _require_playground()
     dest = tmp_path / "cold.json"
     out = _run("playground-cold-start", "--runs", "1", "--max-load", "1000", "--wait-s", "0", "--json", str(dest))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
@@ -422,6 +428,30 @@ def test_playground_cold_start_times_a_run_of_each_notebook(tmp_path):
     assert f"Run All -> Explorer drawn: {run['explorer']:5.1f} s" in out.stdout, out.stdout
     bad = _run("playground-cold-start", "--runs", "0")
     assert bad.returncode == 2 and "--runs" in bad.stderr, bad.stderr
+
+
+def test_explorer_latency_times_each_view_in_the_playground():
+    """scripts/explorer-latency --playground (README's playground latency): notebook 04's Explorer, each view after
+    a G change and the first and second switches, with the playground's goals."""
+    _require_playground()
+    out = _run("explorer-latency", "--playground", "--changes", "2", "--groups", "32,16")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    rows = {
+        m[1]: float(m[2])
+        for m in re.finditer(r"^playground \(Pyodide, Chromium [^)]+\): (.+?)\s+median\s+([\d.]+) ms", out.stdout, re.M)
+    }
+    for name in (
+        "control change -> redrawn table",
+        "control change -> every view redrawn",
+        "first dtype switch -> statistics redrawn",
+        "second layout switch -> every view redrawn",
+        "  view 'images' shows the new results",
+    ):
+        assert rows.get(name, 0) > 0, (name, out.stdout)
+    assert rows["control change -> every view redrawn"] >= rows["control change -> redrawn table"], out.stdout
+    assert "goal: the statistics < 150 ms and every view < 250 ms" in out.stdout, out.stdout
+    bad = _run("explorer-latency", "--changes", "0")
+    assert bad.returncode == 2 and "--changes" in bad.stderr, bad.stderr
 
 
 # -- scripts/gpu-check: what a lent GPU machine runs first (tested here up to the GPU) -------------------
