@@ -117,6 +117,10 @@ def backend_for(array):
         be = _loaded.get("cpu")
         if be is not None:
             return be
+    if getattr(type(array), "__numr_web_array__", False):  # WebGPU: its backend is loaded already
+        be = _loaded.get(array.device)
+        if be is not None:
+            return be
     return get_backend(device_of(array), require=False)
 
 
