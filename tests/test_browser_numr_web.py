@@ -51,13 +51,13 @@ import claims
 import numpy as np
 import pytest
 import test_hard_inputs as hard
+from conftest import IN_CI
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "browser"))
 import pyodide_browser as pb  # noqa: E402
 
 CASES_FILE = ROOT / "tests" / "data" / "group_norm_cases.npz"
-IN_CI = os.environ.get("CI", "").lower() == "true"
 
 # float32 NCHW, bfloat16, float16, SiLU, no affine, 3-D, 5-D, channels-last, a large mean, the SD UNet's G=32
 # (every one in a dtype WebGPU stores: it refuses float64)

@@ -39,12 +39,12 @@ import textwrap
 import threading
 
 import pytest
+from conftest import IN_CI
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HERE = ROOT / "tests" / "browser"
 TRANSPORT = ROOT / "numr_web" / "backends" / "webgpu" / "transport_browser.py"
 PYODIDE = HERE / "node_modules" / "pyodide"
-IN_CI = os.environ.get("CI", "").lower() == "true"
 CHROMIUM = os.environ.get("NUMR_WEB_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless=new",

@@ -13,7 +13,6 @@ import sys
 import pytest
 from conftest import require_torch
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 

@@ -19,6 +19,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from conftest import IN_CI
 from oracle import backward as ref_backward
 from oracle import channels_last, rel_err
 from oracle import forward as ref_forward
@@ -26,8 +27,6 @@ from oracle import forward as ref_forward
 from numr_web.backends.cpu import fused as cpu_fused
 from numr_web.dtypes import BFLOAT16
 from numr_web.memory_layout import memory_layout
-
-IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import IN_CI
 from oracle import backward as oracle_backward
 from oracle import channels_last, rel_err
 from oracle import forward as oracle_forward
@@ -42,7 +43,6 @@ from numr_web.backends import cupy_
 from numr_web.dtypes import BFLOAT16
 from numr_web.memory_layout import channels_last_perm, memory_layout
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
 KERNEL_DIR = cupy_.KERNEL_PATH.parent
 CU_FILES = sorted(KERNEL_DIR.glob("*.cu"))
 ARCHS = ("sm_80", "sm_90")

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import IN_CI
 
 import numr_web
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = ROOT / "numr_web" / "static" / "explorer.js"
 CHROMIUM = os.environ.get("NUMR_WEB_CHROMIUM", "/usr/bin/chromium")
-IN_CI = os.environ.get("CI", "").lower() == "true"
 PAGE = "/tests/explorer_frontend/index.html"
 EPS = 1e-5
 

@@ -20,11 +20,11 @@ import urllib.error
 import urllib.request
 
 import pytest
+from conftest import IN_CI
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 TOKEN = "numr-web-explorer-test"
-IN_CI = os.environ.get("CI", "").lower() == "true"
 CHROMIUM_ARGS = [
     "--headless=new",
     "--no-sandbox",

@@ -19,10 +19,10 @@ import pathlib
 import re
 
 import pytest
+from conftest import IN_CI
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
 def test_there_are_notebooks():

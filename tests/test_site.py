@@ -39,12 +39,12 @@ import time
 import zipfile
 
 import pytest
+from conftest import IN_CI
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "site"))
 import offline  # noqa: E402
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
 WHEEL_CACHE = ROOT / "tests" / "site" / ".wheels"
 
 
