@@ -97,11 +97,17 @@ def fastest_device() -> str:
     return "cpu"
 
 
+def is_numr_web_array(obj) -> bool:
+    """Whether ``obj`` is an array type of numr_web's own (a WebGPU array): it says its ``device``, its
+    shape and strides never change, and its backend is loaded once one exists."""
+    return getattr(type(obj), "__numr_web_array__", False)
+
+
 def device_of(array) -> str:
     """The device an array lives on, without importing any optional framework."""
     if is_ndarray(array):
         return "cpu"
-    if getattr(array, "__numr_web_array__", False):
+    if is_numr_web_array(array):
         return str(array.device)
     module = type(array).__module__ or ""
     if module.startswith("cupy"):
@@ -117,7 +123,7 @@ def backend_for(array):
         be = _loaded.get("cpu")
         if be is not None:
             return be
-    if getattr(type(array), "__numr_web_array__", False):  # WebGPU: its backend is loaded already
+    if is_numr_web_array(array):  # WebGPU: its backend is loaded already
         be = _loaded.get(array.device)
         if be is not None:
             return be

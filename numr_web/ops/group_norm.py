@@ -13,7 +13,7 @@ import numbers
 
 from numr_web.autograd.function import Function, is_grad_enabled
 from numr_web.autograd.tensor import Tensor, not_an_array, plain_array, readable_array
-from numr_web.backends import backend_for, device_of, is_array
+from numr_web.backends import backend_for, device_of, is_array, is_numr_web_array
 from numr_web.dtypes import dtype_name, is_supported_dtype
 from numr_web.errors import DeviceMismatch, ShapeMismatch
 from numr_web.host import is_numpy_scalar, loaded_numpy, require_numpy
@@ -135,7 +135,7 @@ def _check_same_device(**arrays):
         return  # the common case, without the per-array device lookup
     present = {k: v for k, v in arrays.items() if v is not None}
     kinds = {type(v) for v in present.values()}
-    if len(kinds) == 1 and getattr(next(iter(kinds)), "__numr_web_array__", False):
+    if len(kinds) == 1 and is_numr_web_array(next(iter(present.values()))):
         if len({v.device for v in present.values()}) == 1:
             return  # arrays of one numr_web device type (WebGPU), all on one device
     devices = {k: device_of(v) for k, v in present.items()}
@@ -149,7 +149,7 @@ def layout_of(a) -> str:
     np = loaded_numpy()
     if np is not None and type(a) is np.ndarray and (a.flags.c_contiguous or is_dense_channels_last(a)):
         return "nchw" if a.flags.c_contiguous else "nhwc"
-    kept = getattr(a, "__dict__", None) if getattr(type(a), "__numr_web_array__", False) else None
+    kept = getattr(a, "__dict__", None) if is_numr_web_array(a) else None
     if kept is not None:  # a WebGPU array: its shape and strides never change, so its layout is kept
         layout = kept.get("_layout")
         if layout is None:
