@@ -148,7 +148,8 @@ async def prepare(
     ``concurrency``: at most that many compile at once, in order (None: all at once).  A page
     that goes on computing meanwhile passes a small number: a browser's GPU process compiles
     in the order asked, so a call's own pipeline would otherwise wait behind every one queued.
-    Each argument also takes a single value.  Returns how many pipelines were compiled.
+    Each argument also takes a single value.  Returns how many pipelines this call compiled (one a
+    call compiled meanwhile is not counted).
     """
     from numr_web.backends.webgpu import array_kernels, group_norm_launch
     from numr_web.backends.webgpu.array import as_dtype

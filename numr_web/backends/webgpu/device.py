@@ -179,7 +179,7 @@ class Context:
         (a call that needs one still in flight waits for that one only).  At most ``concurrency``
         compile at once, in the order given (None: all at once); a compile queue the browser's GPU
         process works through in order then holds no more than that many ahead of a call's own.
-        Returns how many were compiled."""
+        Returns how many this call compiled (not those a call compiled meanwhile)."""
 
         todo = {}
         for key in keys:
@@ -190,15 +190,19 @@ class Context:
         order = list(todo)
         step = len(order) if concurrency is None else concurrency
         failed = None
+        compiled = 0
         for i in range(0, len(order), step):
-            failed = failed or await self._compile_ahead(order[i : i + step])
+            done, error = await self._compile_ahead(order[i : i + step])
+            compiled += done
+            failed = failed or error
         if failed is not None:
             (kernel, entry, _dtypes, _constants), exc = failed
             raise RuntimeError(f"compiling {kernel} ({entry}) ahead of use failed: {exc}") from exc
-        return len(todo)
+        return compiled
 
     async def _compile_ahead(self, keys):
-        """Compiles ``keys`` at once and keeps the pipelines; returns the first (key, error) or None."""
+        """Compiles ``keys`` at once and keeps the pipelines; returns (how many it compiled and kept, the first
+        (key, error) or None)."""
         import asyncio
 
         start = getattr(self.transport, "start_pipeline", None)
@@ -217,14 +221,16 @@ class Context:
                 jobs.append(self.transport.create_pipeline_async(self.dev, code, entry, kinds))
         results = await asyncio.gather(*jobs, return_exceptions=True)
         failed = None
+        compiled = 0
         for key, result in zip(keys, results):
             self._compiling.pop(key, None)
             if isinstance(result, BaseException):
                 failed = failed or (key, result)
             elif key not in self.pipelines:
                 self.pipelines[key] = result
-                self.compiled_ahead += 1
-        return failed
+                compiled += 1
+        self.compiled_ahead += compiled
+        return compiled, failed
 
     def launch(self, kernel, entry, dtypes, constants, bindings, workgroups, params=None, *, prepared=None):
         """Run ``entry`` of ``kernel`` over ``workgroups`` (an int, spread over a 2-D grid).
