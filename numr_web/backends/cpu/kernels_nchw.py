@@ -293,21 +293,16 @@ def bwd_nchw_groups(
         _bwd_apply_group(
             dy3, x3, dx3, t, c0, mean_hi, zlo, rstd, w, b, acc(beta, proto), acc(gamma, proto), silu, proto
         )
-    # dweight/dbias: per channel, over the samples in order (the same sums as a serial pass over the groups),
-    # channels across the threads; serial, this took about 28 us of 0.5 ms at (16, 1280, 8, 8)
     C = w.shape[0]
-    N = NG // G
-    for c in prange(C):
-        g = c // channels_per_group
-        j = c - g * channels_per_group
-        sw = 0.0
-        sb = 0.0
-        for n in range(N):
-            t = n * G + g
-            sw += np.float64(rstd_in[t]) * (ds_nc[t, j] - mlo_out[t] * db_nc[t, j])
-            sb += db_nc[t, j]
-        dw[c] = sw
-        dbias[c] = sb
+    for c in range(C):
+        dw[c] = 0.0
+        dbias[c] = 0.0
+    for t in range(NG):
+        c0 = (t % G) * channels_per_group
+        r = np.float64(rstd_in[t])
+        for j in range(channels_per_group):
+            dw[c0 + j] += r * (ds_nc[t, j] - mlo_out[t] * db_nc[t, j])
+            dbias[c0 + j] += db_nc[t, j]
 
 
 # ---------------------------------------------------------------------------
