@@ -27,6 +27,8 @@ class DType:
         self.itemsize = itemsize
 
     def __eq__(self, other):
+        if other is self:  # the common case (one DType object per name): no name lookup
+            return True
         try:
             return dtype_name(other) == self.name
         except TypeError:

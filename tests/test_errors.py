@@ -141,6 +141,21 @@ def test_mixed_devices_named(target):
         numr_web.ops.group_norm_forward(X, Runner(target).put(W), None, 4, 1e-5)
 
 
+@pytest.mark.parametrize("target", ["webgpu", "cuda"])
+@pytest.mark.parametrize("odd", ["dy", "x", "mean", "rstd", "weight", "bias"])
+def test_backward_mixed_devices_named(target, odd):
+    """The backward checks its six arrays together: the one left on the host is named."""
+    from conftest import Runner, require_target
+
+    require_target(target)
+    put = Runner(target).put
+    args = {k: v if k == odd else put(v) for k, v in dict(dy=X, x=X, mean=MEAN, rstd=RSTD, weight=W, bias=W).items()}
+    with pytest.raises(DeviceMismatch, match=f"{odd} on 'cpu'"):
+        numr_web.ops.group_norm_backward(
+            args["dy"], args["x"], args["mean"], args["rstd"], args["weight"], 4, bias=args["bias"]
+        )
+
+
 # -- arrays of other libraries: named by module and class, with a conversion (issue 26) -----------
 def _pretend(module, name, **attrs):
     """An instance of a class named ``module.name``: what the error message must call it."""

@@ -130,14 +130,21 @@ def _check_affine(value, name, channels, x):
 
 
 def _check_same_device(**arrays):
-    np = loaded_numpy()
-    if np is not None and all(v is None or type(v) is np.ndarray for v in arrays.values()):
-        return  # the common case, without the per-array device lookup
+    # the common cases first, without the per-array device lookup: arrays of one type, NumPy's or one
+    # numr_web device type's (WebGPU) all on one device (a plain loop: this runs on every call)
+    first = None
+    for v in arrays.values():
+        if v is None:
+            continue
+        if first is None:
+            first, kind, device = v, type(v), getattr(v, "device", None)
+        elif type(v) is not kind or (device is not None and v.device != device):
+            break
+    else:
+        np = loaded_numpy()
+        if first is None or (np is not None and kind is np.ndarray) or is_numr_web_array(first):
+            return
     present = {k: v for k, v in arrays.items() if v is not None}
-    kinds = {type(v) for v in present.values()}
-    if len(kinds) == 1 and is_numr_web_array(next(iter(present.values()))):
-        if len({v.device for v in present.values()}) == 1:
-            return  # arrays of one numr_web device type (WebGPU), all on one device
     devices = {k: device_of(v) for k, v in present.items()}
     if len(set(devices.values())) > 1:
         detail = ", ".join(f"{k} on {d!r}" for k, d in devices.items())
@@ -176,7 +183,7 @@ def canonical_layout(x, *others):
     return x, out, layout
 
 
-def validate_forward(x, weight, bias, num_groups, eps, activation):
+def validate_forward(x, weight, bias, num_groups, eps, activation, *, same_device=True):
     x = _array(x, "x")
     if x.ndim < 2:
         raise ShapeMismatch(f"x: expected at least 2 dimensions (N, C, *spatial), got shape {tuple(x.shape)}")
@@ -186,12 +193,15 @@ def validate_forward(x, weight, bias, num_groups, eps, activation):
     bias = _check_affine(_array(bias, "bias", optional=True), "bias", channels, x)
     eps = _check_eps(eps)
     activation = _check_activation(activation)
-    _check_same_device(x=x, weight=weight, bias=bias)
+    if same_device:  # the backward checks its six arrays at once
+        _check_same_device(x=x, weight=weight, bias=bias)
     return x, weight, bias, num_groups, eps, activation
 
 
 def validate_backward(dy, x, mean, rstd, weight, bias, num_groups, activation):
-    x, weight, bias, num_groups, _, activation = validate_forward(x, weight, bias, num_groups, 0.0, activation)
+    x, weight, bias, num_groups, _, activation = validate_forward(
+        x, weight, bias, num_groups, 0.0, activation, same_device=False
+    )
     dy = _array(dy, "dy")
     if tuple(dy.shape) != tuple(x.shape):
         raise ShapeMismatch(f"dy: expected the shape of x {tuple(x.shape)}, got {tuple(dy.shape)}")

@@ -115,9 +115,13 @@ class WebGPUArray:
 
     @property
     def is_c_contiguous(self):
-        return all(
-            n == 1 or s == e for n, s, e in zip(self.shape, self.strides, contiguous_strides(self.shape, self.itemsize))
-        )
+        kept = self.__dict__.get("_c_contiguous")  # shape and strides never change: asked once per array
+        if kept is None:
+            kept = self.__dict__["_c_contiguous"] = all(
+                n == 1 or s == e
+                for n, s, e in zip(self.shape, self.strides, contiguous_strides(self.shape, self.itemsize))
+            )
+        return kept
 
     @property
     def order(self):

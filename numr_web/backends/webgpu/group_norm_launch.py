@@ -136,7 +136,10 @@ class Recipe:
         found = []
         for name in self.names:
             a = arrays[name]
-            found.append((a.buffer, min(a._storage.size, maxb)))
+            st = a._storage
+            if st.ctx is not ctx or st.buffer is None:
+                a._check_alive()  # raises for an array of a lost device (ctx itself is checked by the caller's x.ctx)
+            found.append((st.buffer, min(st.size, maxb)))
         launch = ctx.launch
         last = self._last
         if last is not None and last[0] == found:
