@@ -125,6 +125,53 @@ def test_bad_input_on_every_device(runner, case):
         assert w in str(info.value)
 
 
+BACKWARD_DEVICE_ERRORS = {
+    "mean wrong shape": (dict(mean=np.zeros((2, 3), np.float32)), ShapeMismatch, ["mean", "(N, G)", "(2, 4)"]),
+    "rstd wrong shape": (dict(rstd=np.zeros((8,), np.float32)), ShapeMismatch, ["rstd", "(2, 4)"]),
+    "dy wrong shape": (dict(dy=np.zeros((2, 8, 3, 4), np.float32)), ShapeMismatch, ["dy", "(2, 8, 3, 3)"]),
+    "num_groups not dividing C": (dict(num_groups=5), ShapeMismatch, ["num_groups", "divisible"]),
+    "weight wrong shape": (dict(weight=np.ones(7, np.float32)), ShapeMismatch, ["weight", "(8,)"]),
+    "activation unknown": (dict(activation="gelu"), ValueError, ["activation", "gelu"]),
+}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [f"forward: {k}" for k in sorted(DEVICE_ERRORS)] + [f"backward: {k}" for k in sorted(BACKWARD_DEVICE_ERRORS)],
+)
+def test_bad_input_after_good_calls_on_every_device(runner, case):
+    """After good calls of the same kinds of array (which the op then checks at a glance), a bad call still gets
+    the full checks' error."""
+    put = runner.put
+    x, w, mean, rstd = put(X), put(W), put(MEAN), put(RSTD)
+    numr_web.ops.group_norm_forward(x, w, w, 4, 1e-5)
+    numr_web.ops.group_norm_backward(x, x, mean, rstd, w, 4, bias=w)
+    direction, name = case.split(": ")
+    table = DEVICE_ERRORS if direction == "forward" else BACKWARD_DEVICE_ERRORS
+    kw, exc, words = table[name]
+    kw = {k: put(v) if isinstance(v, np.ndarray) else v for k, v in kw.items()}
+    with pytest.raises(exc) as info:
+        if direction == "forward":
+            args = dict(x=x, weight=w, bias=w, num_groups=4, eps=1e-5, activation=None) | kw
+            numr_web.ops.group_norm_forward(
+                args["x"], args["weight"], args["bias"], args["num_groups"], args["eps"], activation=args["activation"]
+            )
+        else:
+            args = dict(dy=x, x=x, mean=mean, rstd=rstd, weight=w, num_groups=4, activation=None) | kw
+            numr_web.ops.group_norm_backward(
+                args["dy"],
+                args["x"],
+                args["mean"],
+                args["rstd"],
+                args["weight"],
+                args["num_groups"],
+                bias=w,
+                activation=args["activation"],
+            )
+    for word in words:
+        assert word in str(info.value), f"{case}: {word!r} missing from {str(info.value)!r}"
+
+
 def test_backward_stats_shape_on_every_device(runner):
     with pytest.raises(ShapeMismatch, match="mean"):
         numr_web.ops.group_norm_backward(

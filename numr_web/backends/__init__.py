@@ -33,6 +33,11 @@ def _load(device: str):
     return be
 
 
+def loaded_backend(device: str):
+    """The backend of ``device`` if its module is loaded already, else None (no import, no availability check)."""
+    return _loaded.get(device)
+
+
 class UnavailableBackend:
     """Stands in for a backend whose module cannot be imported here (the CPU backend without NumPy, in a
     browser that has not loaded it): ``available()`` and ``info()`` say why; anything else raises

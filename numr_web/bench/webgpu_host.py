@@ -5,7 +5,7 @@
 
 What a call costs the host before the GPU does anything: ``perf_counter`` around the call alone,
 then a wait outside the timed span (so the queue never grows and no call pays for another's
-GPU work).  Timed, interleaved call by call: the public op (``numr_web.ops.group_norm_forward``
+GPU work).  Timed, interleaved call by call in shuffled rounds: the public op (``numr_web.ops.group_norm_forward``
 / ``group_norm_backward``: validation, layout, dispatch), the backend's call under it (the
 launcher: plan, outputs, parameters, bind groups, the recorded dispatches and their submit)
 and the floor kernels' call (``numr_web.bench.floor``: one kept launch and its submit, the
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import time
 
@@ -30,18 +31,22 @@ def _load():
         return float("nan")
 
 
-def host_seconds(fns: dict, calls: int, synchronize) -> dict:
+def host_seconds(fns: dict, calls: int, synchronize, seed: int = 0) -> dict:
     """``{name: [seconds per call]}``: each callable timed alone, ``calls`` times, interleaved
-    (one call of each in turn, the order rotating), with a wait after every call, untimed."""
+    (one call of each per round, in an order shuffled each round), with a wait after every call,
+    untimed.  The order is shuffled because the call before sets how cold the caches are and
+    whether the driver's threads are still awake: with a rotating order each callable nearly always
+    followed the same one, and on lavapipe that moved a callable's median by up to 60 us."""
     names = list(fns)
     out = {k: [] for k in names}
     for f in fns.values():  # settle: pipelines, pooled outputs, kept bind groups
         for _ in range(3):
             f()
         synchronize()
-    for i in range(calls):
-        k = i % len(names)
-        for name in names[k:] + names[:k]:
+    order = random.Random(seed)
+    for _ in range(calls):
+        order.shuffle(names)
+        for name in names:
             t0 = time.perf_counter()
             fns[name]()
             t1 = time.perf_counter()
@@ -99,8 +104,9 @@ def main(argv=None):
 
     load0 = _load()
     print(
-        f"adapter: {be.info().get('adapter', '?')}; {args.layout}, {args.dtype}; host time of a call without "
-        f"its wait, medians of {args.calls} interleaved calls, microseconds; 1-minute load {load0:.2f}"
+        f"adapter: {be.info().get('adapter', '?')}; {args.layout}, {args.dtype}; host time of a call without its "
+        f"wait, medians of {args.calls} calls each, interleaved in shuffled rounds, microseconds; "
+        f"1-minute load {load0:.2f}"
     )
     head = ["shape", "op fwd", "backend fwd", "op bwd", "backend bwd"]
     floor = args.layout == "nchw"

@@ -13,7 +13,7 @@ import numbers
 
 from numr_web.autograd.function import Function, is_grad_enabled
 from numr_web.autograd.tensor import Tensor, not_an_array, plain_array, readable_array
-from numr_web.backends import backend_for, device_of, is_array, is_numr_web_array
+from numr_web.backends import backend_for, device_of, is_array, is_numr_web_array, loaded_backend
 from numr_web.dtypes import dtype_name, is_supported_dtype
 from numr_web.errors import DeviceMismatch, ShapeMismatch
 from numr_web.host import is_numpy_scalar, loaded_numpy, require_numpy
@@ -220,8 +220,44 @@ def validate_backward(dy, x, mean, rstd, weight, bias, num_groups, activation):
 # -- array-level API ------------------------------------------------------------
 
 
+def _device_call(x, weight, bias, num_groups, eps, activation, *others):
+    """``(backend, layout)`` of a call on numr_web's own arrays (WebGPU) that passes every check at a glance, else
+    None (the full checks then run and name what is wrong).  At a glance: x of a dtype that passed ``_array``
+    before, dense NCHW or channels-last, a valid ``num_groups``, ``eps`` a finite float >= 0, ``activation``
+    None or "silu" in lower case; weight and bias None or of x's type and dtype kind and shape (C,); ``others``
+    (the backward's dy, mean, rstd) of x's type; every array on x's device.  One function instead of the
+    dozen the full checks call: right after a wait, on cold caches, each function touched costs, and the
+    checks took about 40 us there against 9 us in a hot loop (lavapipe, docs/reports/2026-12-03-webgpu-host-work.md)."""
+    kind = type(x)
+    if not getattr(kind, "__numr_web_array__", False) or (kind, x.dtype) not in _accepted_kinds:
+        return None
+    shape = x.shape
+    if len(shape) < 2 or type(num_groups) is not int or num_groups <= 0 or shape[1] % num_groups:
+        return None
+    if type(eps) is not float or not 0.0 <= eps < math.inf or activation not in (None, "silu"):
+        return None
+    layout = x.__dict__.get("_layout") or layout_of(x)
+    if layout == "other":
+        return None
+    device = x.device
+    channels = (shape[1],)
+    for a in (weight, bias):
+        if a is not None and (
+            type(a) is not kind or (kind, a.dtype) not in _accepted_kinds or a.shape != channels or a.device != device
+        ):
+            return None
+    for a in others:
+        if type(a) is not kind or (kind, a.dtype) not in _accepted_kinds or a.device != device:
+            return None
+    be = loaded_backend(device)
+    return None if be is None else (be, layout)
+
+
 def group_norm_forward(x, weight, bias, num_groups, eps=1e-5, *, activation=None):
     """``(y, mean, rstd)`` for arrays; ``mean``/``rstd`` have shape ``(N, G)``."""
+    fast = _device_call(x, weight, bias, num_groups, eps, activation)
+    if fast is not None:
+        return fast[0].group_norm_forward(x, weight, bias, num_groups, eps, activation, layout=fast[1])
     x, weight, bias, num_groups, eps, activation = validate_forward(x, weight, bias, num_groups, eps, activation)
     x, _, layout = canonical_layout(x)
     return backend_for(x).group_norm_forward(x, weight, bias, num_groups, eps, activation, layout=layout)
@@ -236,6 +272,15 @@ def group_norm_backward(dy, x, mean, rstd, weight, num_groups, *, bias=None, act
     counts as zero (right for a forward without one; for a forward with a
     bias, leaving it out gives the gradient of a different function).
     """
+    fast = _device_call(x, weight, bias, num_groups, 0.0, activation, dy, mean, rstd)
+    if (
+        fast is not None
+        and dy.shape == x.shape
+        and mean.shape == rstd.shape == (x.shape[0], num_groups)
+        and (dy.__dict__.get("_layout") or layout_of(dy)) == fast[1]
+    ):
+        be, layout = fast
+        return be.group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation, layout=layout)
     dy, x, mean, rstd, weight, bias, num_groups, activation = validate_backward(
         dy, x, mean, rstd, weight, bias, num_groups, activation
     )
