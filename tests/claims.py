@@ -50,10 +50,11 @@ TABLE_SILU = "scripts/accuracy --activation silu --offsets 0,1e4 --outputs all -
 TABLE_FAR = "scripts/accuracy --scale 1e35 --shape 2,64,32,32,16 --offsets 0 --outputs all --long --markdown"
 TABLE_EPS = "scripts/accuracy --scale 1e-10 --offsets 0,1e3 --no-bias --outputs all --long --markdown"
 TABLES = (TABLE_FLOAT32, TABLE_FLOAT64, TABLE_SILU, TABLE_FAR, TABLE_EPS)
-#: the CPU (as LLVM names it) the fused CPU path's rows were measured on: Numba vectorizes that path's
-#: reductions for the host, so the order of its float32 sums, and its figures, follow the CPU (seen: NCHW
-#: figures up to 2x apart between an AVX-512 machine and this AVX2 one); elsewhere those rows are held
-#: within FUSED_OTHER_CPU_FACTOR of the table
+#: the CPU (as LLVM names it) the CPU paths' rows were measured on: Numba vectorizes the fused path's
+#: reductions for the host, and NumPy picks its SIMD loops (AVX2, AVX-512) at run time, so the order of their
+#: sums, and their figures, follow the CPU (seen: fused NCHW figures up to 2x apart between an AVX-512 machine
+#: and this AVX2 one; the NumPy path's NCHW figures up to 1.4x on an AVX-512 znver4, 2026-12-03); elsewhere
+#: those rows are held within FUSED_OTHER_CPU_FACTOR of the table
 FUSED_CPU = "znver3"
 FUSED_OTHER_CPU_FACTOR = 4
 #: a float32 std above this is beyond numerics.ORDINARY_RANGE (docs/numerics.md): every backend rescales

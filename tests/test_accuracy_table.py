@@ -28,6 +28,8 @@ README_COMMAND = "scripts/accuracy --offsets 1e4,1e5 --markdown"
 COMMANDS = [README_COMMAND, *claims.TABLES]
 TARGET_OF_ROW = {"numr_web cpu, fused path": "cpu-fused", "numr_web webgpu": "webgpu", "numr_web cuda": "cuda"}
 FUSED_LABEL = "numr_web cpu, fused path"
+#: the rows whose figures follow the CPU they run on (claims.FUSED_CPU)
+CPU_LABELS = (FUSED_LABEL, "numr_web cpu, NumPy path")
 
 
 def _host_cpu():
@@ -40,11 +42,11 @@ def _host_cpu():
 
 
 def _same_figures(label, want, got):
-    """Whether a printed row is the docs' row: exactly, except the fused CPU path's rows on another CPU
-    than the one they were measured on (claims.FUSED_CPU), each figure within FUSED_OTHER_CPU_FACTOR."""
+    """Whether a printed row is the docs' row: exactly, except the CPU paths' rows on another CPU than the one
+    they were measured on (claims.FUSED_CPU), each figure within FUSED_OTHER_CPU_FACTOR."""
     if want == got:
         return True
-    if label != FUSED_LABEL or _host_cpu() == claims.FUSED_CPU or len(want) != len(got):
+    if label not in CPU_LABELS or _host_cpu() == claims.FUSED_CPU or len(want) != len(got):
         return False
     k = claims.FUSED_OTHER_CPU_FACTOR
     for w, g in zip(want, got):
