@@ -156,13 +156,18 @@ def layout_of(a) -> str:
     np = loaded_numpy()
     if np is not None and type(a) is np.ndarray and (a.flags.c_contiguous or is_dense_channels_last(a)):
         return "nchw" if a.flags.c_contiguous else "nhwc"
-    kept = getattr(a, "__dict__", None) if is_numr_web_array(a) else None
-    if kept is not None:  # a WebGPU array: its shape and strides never change, so its layout is kept
-        layout = kept.get("_layout")
-        if layout is None:
-            layout = kept["_layout"] = memory_layout(a.shape, a.strides, a.dtype.itemsize)
-        return layout
+    if is_numr_web_array(a) and hasattr(a, "__dict__"):
+        return _kept_layout(a)
     return memory_layout(a.shape, a.strides, a.dtype.itemsize)
+
+
+def _kept_layout(a) -> str:
+    """``layout_of`` a numr_web array (WebGPU): its shape and strides never change, so its layout is kept on it."""
+    kept = a.__dict__
+    layout = kept.get("_layout")
+    if layout is None:
+        layout = kept["_layout"] = memory_layout(a.shape, a.strides, a.dtype.itemsize)
+    return layout
 
 
 def canonical_layout(x, *others):
@@ -236,7 +241,7 @@ def _device_call(x, weight, bias, num_groups, eps, activation, *others):
         return None
     if type(eps) is not float or not 0.0 <= eps < math.inf or activation not in (None, "silu"):
         return None
-    layout = x.__dict__.get("_layout") or layout_of(x)
+    layout = _kept_layout(x)
     if layout == "other":
         return None
     device = x.device
@@ -277,7 +282,7 @@ def group_norm_backward(dy, x, mean, rstd, weight, num_groups, *, bias=None, act
         fast is not None
         and dy.shape == x.shape
         and mean.shape == rstd.shape == (x.shape[0], num_groups)
-        and (dy.__dict__.get("_layout") or layout_of(dy)) == fast[1]
+        and _kept_layout(dy) == fast[1]
     ):
         be, layout = fast
         return be.group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation, layout=layout)
