@@ -144,6 +144,8 @@ class Playground:
         self.cdn = pathlib.Path(cdn)
         self.webgpu = webgpu
         self.failed, self.cdn_hits, self.cdn_missing, self.console = [], [], [], []
+        #: the "Select Kernel" dialogs accepted in ``lab_run_all`` (their text)
+        self.dialogs = []
         stand_in = json.loads((self.cdn / "pyodide-lock.json").read_text())["packages"]
         #: lock key -> (file name, sha256) of the wheels the stand-in holds
         held = {k: e for k, e in stand_in.items() if (self.cdn / e["file_name"]).is_file()}
@@ -239,13 +241,34 @@ class Playground:
             )
         return {"outputs": outputs, "first_output_s": first, "explorer_s": explorer, "done_s": done, "page": page}
 
-    @staticmethod
-    def _choose_run_all(page, deadline: float) -> float:
+    def _answer_dialog(self, page) -> None:
+        """A dialog over the lab: JupyterLab's "Select Kernel" (shown when a notebook opens before the
+        kernel specs are known; it swallows clicks on the menu bar) is accepted with its preselected kernel,
+        as a visitor does, and kept in ``dialogs``; any other dialog fails with its text."""
+        dialog = page.query_selector(".jp-Dialog")
+        if dialog is None:
+            return
+        text = " ".join(dialog.text_content().split())
+        if "Select Kernel" not in text:
+            raise AssertionError(f"an unexpected dialog over the lab: {text!r}")
+        self.dialogs.append(text)
+        page.click(".jp-Dialog .jp-mod-accept")
+        page.wait_for_selector(".jp-Dialog", state="detached")
+
+    def _choose_run_all(self, page, deadline: float) -> float:
         """Run > Run All Cells once the item is enabled (it is not until the notebook is the lab's current
         widget, and a click on a disabled item does nothing); returns the monotonic time it was chosen."""
         item = ".lm-Menu-item[data-command='runmenu:run-all']"
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
         while True:
-            page.click(".lm-MenuBar-item:has-text('Run')")
+            self._answer_dialog(page)
+            try:  # briefly: a dialog that opens meanwhile takes the click, and is answered on the next turn
+                page.click(".lm-MenuBar-item:has-text('Run')", timeout=5000)
+            except PlaywrightTimeout:
+                if time.monotonic() > deadline:
+                    raise
+                continue
             page.wait_for_selector(item)
             if not page.eval_on_selector(item, "e => e.classList.contains('lm-mod-disabled')"):
                 page.click(item)
@@ -263,7 +286,8 @@ class Playground:
         Returns ``outputs`` (textContent: JupyterLab renders cells outside the view lazily), ``prompts``
         (each code cell's "[n]:" or "[ ]:"), ``kernel`` (the kernel's name in the toolbar),
         ``first_output_s``, ``explorer_s``, ``done_s`` (seconds after page open), ``explorer_in_view``
-        (pixels of the Explorer inside the notebook's visible area once done, with ``explorer``) and ``page``.
+        (pixels of the Explorer inside the notebook's visible area once done, with ``explorer``), ``dialogs``
+        (the "Select Kernel" dialogs accepted so far) and ``page``.
         """
         page, t0 = self.open(f"lab/index.html?path={urllib.parse.quote(notebook)}")
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=timeout_s * 1000)
@@ -274,6 +298,7 @@ class Playground:
         prompts: list = []
         while time.monotonic() < deadline and (done is None or (explorer and drawn is None)):
             outputs = page.evaluate(read)
+            self._answer_dialog(page)
             prompts = page.evaluate(PROMPTS)
             now = time.monotonic() - t0
             if prompts == ["[ ]:"] * len(prompts) and time.monotonic() - chosen[-1] > RUN_ALL_AGAIN_S:
@@ -310,6 +335,7 @@ class Playground:
             "explorer_s": drawn,
             "done_s": done,
             "explorer_in_view": in_view,
+            "dialogs": list(self.dialogs),
             "page": page,
         }
 
