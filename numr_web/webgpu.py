@@ -130,6 +130,8 @@ async def prepare(
     activations=(None, "silu"),
     *,
     shapes=None,
+    weight=None,
+    bias=None,
     backward=True,
     autograd=True,
     concurrency=None,
@@ -138,11 +140,13 @@ async def prepare(
     ``dtypes`` (float32, float16, bfloat16), ``layouts`` ("nchw", "nhwc": channels-last) and
     ``activations`` (None, "silu") can reach, with and without weight and bias, forward and
     (``backward``) backward; with ``autograd`` also the elementwise and sum kernels autograd
-    runs on arrays of those dtypes.  The first call of each is then as quick as a later one.
+    runs on arrays of those dtypes (without it, of those only the conversions between a 16-bit
+    dtype and float32).  The first call of each is then as quick as a later one.
 
     ``shapes``: ``[(shape, num_groups), ...]`` to prepare only the pipelines those calls reach
     (tens instead of hundreds: without it, every work shape the planner can choose for any
-    shape is compiled).  Awaitable everywhere: the browser compiles with
+    shape is compiled); with them, ``weight`` / ``bias`` True or False narrows to the calls with
+    or without a weight / bias (None: both).  Awaitable everywhere: the browser compiles with
     ``createComputePipelineAsync``; on the desktop worker threads compile (``asyncio.run``
     waits for them; a call that needs a pipeline still compiling waits for that one only).
     ``concurrency``: at most that many compile at once, in order (None: all at once).  A page
@@ -167,15 +171,22 @@ async def prepare(
         isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
     ):
         raise ValueError(f"concurrency: expected None or a positive integer, got {concurrency!r}")
+    for name, value in (("weight", weight), ("bias", bias)):
+        if value is not None and not isinstance(value, bool):
+            raise TypeError(f"{name}: expected None (calls with and without it), True or False, got {value!r}")
+        if value is not None and wanted is None:
+            raise ValueError(f"{name}: narrows the calls of shapes; pass shapes=[(shape, num_groups), ...] too")
     ctx = await _device.context_async()
     keys = []
     for dt in dict.fromkeys(kinds):
         for layout in lays:
             calls = wanted if wanted is None or layout == "nchw" else tuple(c for c in wanted if len(c[0]) >= 3)
             for act in acts:
-                keys += group_norm_launch.variant_keys(ctx, dt, layout, act, shapes=calls, backward=backward)
-        if autograd:
-            keys += [ctx.pipeline_key(*k) for k in array_kernels.variant_keys(ctx, dt)]
+                keys += group_norm_launch.variant_keys(
+                    ctx, dt, layout, act, shapes=calls, backward=backward, weight=weight, bias=bias
+                )
+        casts = array_kernels.variant_keys(ctx, dt) if autograd else array_kernels.conversion_keys(ctx, dt)
+        keys += [ctx.pipeline_key(*k) for k in casts]
     return await ctx.prepare_pipelines(keys, concurrency)
 
 

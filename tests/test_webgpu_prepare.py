@@ -194,6 +194,32 @@ def test_concurrency_bounds_the_compiles_in_flight_in_the_order_asked(fresh, mon
     assert seen[1] == seen[None] and seen[3] == seen[None]
 
 
+def test_prepare_narrowed_to_calls_with_weight_and_bias(fresh, rng):
+    """``weight=True, bias=True, autograd=False`` prepares what a page computing GroupNorm with both, in
+    bfloat16 from float32 values and read back as float32, runs (the Explorer's case), and only that: the
+    same call without weight and bias, and autograd's arithmetic, still compile on their first call."""
+    from numr_web.backends.webgpu import array_kernels
+
+    shape, G = (2, 64, 8, 8), 8
+    kwargs = {"dtypes": "bfloat16", "layouts": "nchw", "activations": None, "shapes": [(shape, G)]}
+    n = asyncio.run(numr_web.webgpu.prepare(**kwargs, weight=True, bias=True, autograd=False))
+    assert n > 0
+    x32 = numr_web.to_device(rng.standard_normal(shape).astype(np.float32), "webgpu")
+    w = numr_web.to_device(rng.standard_normal(shape[1]).astype(np.float32), "webgpu")
+    x = array_kernels.convert(x32, "bfloat16")
+    y, mean, rstd = numr_web.ops.group_norm_forward(x, w, w, G, 1e-5)
+    dx, _, _ = numr_web.ops.group_norm_backward(y, x, mean, rstd, w, G, bias=w)
+    array_kernels.convert(dx, "float32").tobytes()
+    assert fresh.compiled_on_call == 0
+    numr_web.ops.group_norm_forward(x, None, None, G, 1e-5)
+    assert fresh.compiled_on_call > 0
+    before = fresh.compiled_on_call
+    (x * x).sum()
+    assert fresh.compiled_on_call > before
+    # the un-narrowed call prepares those and more
+    assert asyncio.run(numr_web.webgpu.prepare(**kwargs)) > 0
+
+
 def test_bad_arguments_name_the_argument(fresh):
     prep = numr_web.webgpu.prepare
     for kwargs, kind, name in (
@@ -207,6 +233,9 @@ def test_bad_arguments_name_the_argument(fresh):
         ({"concurrency": 0}, ValueError, "concurrency"),
         ({"concurrency": 1.5}, ValueError, "concurrency"),
         ({"concurrency": True}, ValueError, "concurrency"),
+        ({"weight": "yes", "shapes": [((2, 8, 4), 2)]}, TypeError, "weight"),
+        ({"bias": 1, "shapes": [((2, 8, 4), 2)]}, TypeError, "bias"),
+        ({"weight": True}, ValueError, "weight"),  # narrows the calls of shapes: none given
     ):
         with pytest.raises(kind, match=name):
             asyncio.run(prep(**kwargs))

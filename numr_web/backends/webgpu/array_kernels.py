@@ -31,6 +31,17 @@ def variant_keys(ctx, dtype):
     return out
 
 
+def conversion_keys(ctx, dtype):
+    """(kernel, entry, dtypes, constants) of the dense conversions between ``dtype`` (a DType) and
+    float32, both ways (a 16-bit array made from float32 values, a 16-bit result read as float32):
+    none for float32."""
+    k, f = _key(ctx, dtype), "f32"
+    if k == f:
+        return []
+    pairs = ((k, f, f), (f, k, k))
+    return [("elementwise.wgsl", "main", {"A": a, "B": b, "Y": y}, {"FLAT": True}) for a, b, y in pairs]
+
+
 def empty(ctx, shape, dtype, strides=None) -> WebGPUArray:
     shape = tuple(int(n) for n in shape)
     dtype = as_dtype(dtype)

@@ -228,31 +228,38 @@ def backward_program(plan, ctx, key, silu, has_w, has_b) -> Program:
     return prog
 
 
-def variant_keys(ctx, dtype, layout, activation, *, shapes=None, backward=True):
+def variant_keys(ctx, dtype, layout, activation, *, shapes=None, backward=True, weight=None, bias=None):
     """The pipeline keys (``Context.pipeline_key``) GroupNorm calls of storage ``dtype`` (a
     DType), ``layout`` and ``activation`` can launch on this device: for any shape (every
     variant the planner's plans can reach: with the CPU planner's workgroup sizes, some
     hundreds), or for the calls of ``shapes`` only (``(shape, num_groups)`` pairs), with and
-    without weight and bias; the backward's too with ``backward``."""
+    without weight and bias (``weight`` / ``bias`` True or False: only with or only without
+    it; None: both); the backward's too with ``backward``."""
     key = ctx.dtype_key(dtype.name)
     silu = activation == "silu"
     found = []
     if shapes is None:
         for bwd in (False, True) if backward else (False,):
             found += group_norm_planner.variants(ctx.cpu_adapter, key, layout, silu, bwd)
-    else:
-        for shape, groups in shapes:
-            plan = GroupPlan(
-                types.SimpleNamespace(shape=tuple(shape), itemsize=dtype.itemsize), groups, layout, ctx.cpu_adapter
-            )
-            if plan.N * plan.G == 0 or plan.M == 0:
-                continue
-            for has_w, has_b in ((False, False), (True, False), (False, True), (True, True)):
-                found += forward_program(plan, ctx, key, 0.0, silu, has_w, has_b).pipeline_keys()
-                if backward:
-                    found += backward_program(plan, ctx, key, silu, has_w, has_b).pipeline_keys()
-    # the recipes' constant arrays (a missing weight's ones, a missing bias's zeros)
-    found.append(array_kernels.FILL_F32)
+        found.append(array_kernels.FILL_F32)  # a missing weight's ones, a missing bias's zeros
+        return [ctx.pipeline_key(*k) for k in found]
+    affines = [(w, b) for w in (False, True) for b in (False, True) if weight in (None, w) and bias in (None, b)]
+    fills = False
+    for shape, groups in shapes:
+        plan = GroupPlan(
+            types.SimpleNamespace(shape=tuple(shape), itemsize=dtype.itemsize), groups, layout, ctx.cpu_adapter
+        )
+        if plan.N * plan.G == 0 or plan.M == 0:
+            continue
+        for has_w, has_b in affines:
+            progs = [forward_program(plan, ctx, key, 0.0, silu, has_w, has_b)]
+            if backward:
+                progs.append(backward_program(plan, ctx, key, silu, has_w, has_b))
+            for prog in progs:
+                found += prog.pipeline_keys()
+                fills = fills or bool(prog.fills)
+    if fills:  # the recipes' constant arrays
+        found.append(array_kernels.FILL_F32)
     return [ctx.pipeline_key(*k) for k in found]
 
 
