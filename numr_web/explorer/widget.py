@@ -447,5 +447,7 @@ async def _prepare_nearest_first(calls, here):
         dtype, layout = here()
         dt, lay, act = min(left, key=lambda v: (v[0] != dtype) + (v[1] != layout))  # ties: the first listed
         left.remove((dt, lay, act))
-        compiled += await wg.prepare(dt, lay, act, shapes=calls, concurrency=1)
+        # what the recompute calls: GroupNorm with weight and bias, forward and backward, and the casts from and to
+        # float32 (its x̂ forward is float32 without weight and bias: compiled by the first results)
+        compiled += await wg.prepare(dt, lay, act, shapes=calls, weight=True, bias=True, autograd=False, concurrency=1)
     return compiled
