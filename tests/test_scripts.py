@@ -434,7 +434,7 @@ def test_explorer_latency_times_each_view_in_the_playground():
     """scripts/explorer-latency --playground (README's playground latency): notebook 04's Explorer, each view after
     a G change and the first and second switches, with the playground's goals."""
     _require_playground()
-    out = _run("explorer-latency", "--playground", "--changes", "2", "--groups", "32,16")
+    out = _run("explorer-latency", "--playground", "--changes", "2", "--groups", "32,16", "--read", "1")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     rows = {
         m[1]: float(m[2])
@@ -452,6 +452,8 @@ def test_explorer_latency_times_each_view_in_the_playground():
     assert "goal: the statistics < 150 ms and every view < 250 ms" in out.stdout, out.stdout
     bad = _run("explorer-latency", "--changes", "0")
     assert bad.returncode == 2 and "--changes" in bad.stderr, bad.stderr
+    bad = _run("explorer-latency", "--read", "-1")
+    assert bad.returncode == 2 and "--read" in bad.stderr, bad.stderr
 
 
 # -- scripts/gpu-check: what a lent GPU machine runs first (tested here up to the GPU) -------------------
