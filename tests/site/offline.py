@@ -258,9 +258,9 @@ class Playground:
     def _choose_run_all(self, page, deadline: float) -> float:
         """Run > Run All Cells once the item is enabled (it is not until the notebook is the lab's current
         widget, and a click on a disabled item does nothing); returns the monotonic time it was chosen."""
-        item = ".lm-Menu-item[data-command='runmenu:run-all']"
         from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+        item = ".lm-Menu-item[data-command='runmenu:run-all']"
         while True:
             self._answer_dialog(page)
             try:  # briefly: a dialog that opens meanwhile takes the click, and is answered on the next turn
@@ -286,8 +286,8 @@ class Playground:
         Returns ``outputs`` (textContent: JupyterLab renders cells outside the view lazily), ``prompts``
         (each code cell's "[n]:" or "[ ]:"), ``kernel`` (the kernel's name in the toolbar),
         ``first_output_s``, ``explorer_s``, ``done_s`` (seconds after page open), ``explorer_in_view``
-        (pixels of the Explorer inside the notebook's visible area once done, with ``explorer``), ``dialogs``
-        (the "Select Kernel" dialogs accepted so far) and ``page``.
+        (pixels of the Explorer inside the notebook's visible area once done, with ``explorer``) and ``page``;
+        the "Select Kernel" dialogs it accepted are in ``dialogs``.
         """
         page, t0 = self.open(f"lab/index.html?path={urllib.parse.quote(notebook)}")
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=timeout_s * 1000)
@@ -320,7 +320,7 @@ class Playground:
             dialog = page.evaluate("() => document.querySelector('.jp-Dialog')?.textContent || ''")
             raise AssertionError(
                 f"{notebook} in lab: {what} within {timeout_s} s (kernel: {kernel}; prompts {prompts}; "
-                f"Run All chosen {len(chosen)} times; dialog: {dialog!r})\n"
+                f"Run All chosen {len(chosen)} times; dialog: {dialog!r}; accepted before: {self.dialogs})\n"
                 f"--- outputs:\n{texts}\n--- console:\n" + "\n".join(self.console[-25:])
             )
         in_view = None
@@ -335,7 +335,6 @@ class Playground:
             "explorer_s": drawn,
             "done_s": done,
             "explorer_in_view": in_view,
-            "dialogs": list(self.dialogs),
             "page": page,
         }
 

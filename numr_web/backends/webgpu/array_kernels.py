@@ -15,8 +15,18 @@ SCALAR = {"add": 10, "sub": 11, "rsub": 12, "mul": 13, "div": 14, "rdiv": 15, "p
 UNARY = {"neg": 20, "copy": 21, "fill": 22, "sigmoid": 23, "exp": 24}
 
 
+def _elementwise_key(a, b, y, flat=True):
+    """(kernel, entry, dtypes, constants) of an elementwise launch over storage formats ``a``, ``b``, ``y``."""
+    return ("elementwise.wgsl", "main", {"A": a, "B": b, "Y": y}, {"FLAT": flat})
+
+
 #: (kernel, entry, dtypes, constants) of a float32 fill
-FILL_F32 = ("elementwise.wgsl", "main", {"A": "f32", "B": "f32", "Y": "f32"}, {"FLAT": True})
+FILL_F32 = _elementwise_key("f32", "f32", "f32")
+
+
+def _casts(k, f="f32"):
+    """The (A, B, Y) formats of the copies converting storage format ``k`` to float32 and back."""
+    return ((k, f, f), (f, k, k))
 
 
 def variant_keys(ctx, dtype):
@@ -25,8 +35,8 @@ def variant_keys(ctx, dtype):
     conversions to and from float32, sums (whose partial sums are float32)."""
     k, f = _key(ctx, dtype), "f32"
     out = []
-    for a, b, y in {(k, k, k), (f, f, f), (k, f, f), (f, k, k)}:  # same dtype; converting copies
-        out += [("elementwise.wgsl", "main", {"A": a, "B": b, "Y": y}, {"FLAT": flat}) for flat in (True, False)]
+    for a, b, y in {(k, k, k), (f, f, f), *_casts(k)}:  # same dtype; converting copies
+        out += [_elementwise_key(a, b, y, flat) for flat in (True, False)]
     out += [("reduce.wgsl", "main", {"A": a, "Y": y}, {}) for a, y in {(k, k), (k, f), (f, k), (f, f)}]
     return out
 
@@ -35,11 +45,8 @@ def conversion_keys(ctx, dtype):
     """(kernel, entry, dtypes, constants) of the dense conversions between ``dtype`` (a DType) and
     float32, both ways (a 16-bit array made from float32 values, a 16-bit result read as float32):
     none for float32."""
-    k, f = _key(ctx, dtype), "f32"
-    if k == f:
-        return []
-    pairs = ((k, f, f), (f, k, k))
-    return [("elementwise.wgsl", "main", {"A": a, "B": b, "Y": y}, {"FLAT": True}) for a, b, y in pairs]
+    k = _key(ctx, dtype)
+    return [] if k == "f32" else [_elementwise_key(a, b, y) for a, b, y in _casts(k)]
 
 
 def empty(ctx, shape, dtype, strides=None) -> WebGPUArray:
