@@ -296,11 +296,15 @@ def test_new_results_redraw_the_table(page):
     mount(page, state_for(compute()))
     new = compute(n=3, g=2, seed=5, offset=-7.0)
     b64, meta = pack(new, version=2)
-    page.evaluate("(p) => window.pyUpdate(p)", {"results_b64": b64, "results_meta": meta, "num_groups": 2})
+    # every view shows version 2 in the task that got the results (no frame shows two versions), not later
+    drawn = page.evaluate(
+        """async (p) => { window.pyUpdate(p); await Promise.resolve();
+             return [...document.querySelectorAll('.nw-body, .nw-body [data-drawn]')].map((e) => e.dataset.drawn); }""",
+        {"results_b64": b64, "results_meta": meta, "num_groups": 2},
+    )
+    assert len(drawn) >= 7 and set(drawn) == {"2"}, drawn  # the body and its six views
     assert_stats_table(page, new)
     assert "v2" in text(page, "status")
-    # every view shows version 2 (the statistics first, the rest a frame later)
-    assert page.evaluate("document.querySelector('.nw-body').dataset.drawn") == "2"
     np.testing.assert_allclose(float(text(page, "we-mean")), new["mean"][0, 0], rtol=1e-6)
     assert page.locator('[data-testid="selected"] h3').count() == 1
 
@@ -891,8 +895,8 @@ def test_each_view_marks_the_results_it_shows_and_closed_sections_wait_until_ope
 
 
 def test_a_change_event_between_new_results_and_their_redraw_drops_no_view(page):
-    """ipywidgets echoes a control's value back from the kernel: that event (or a hover) may come after new results
-    and before the views a frame later are drawn; those views must still show the new results."""
+    """ipywidgets echoes a control's value back from the kernel: that event (or a hover) may come right after new
+    results; every view must still show the new results."""
     mount(page, state_for(compute()))
     new = compute(seed=3)
     b64, meta = pack(new, version=2)

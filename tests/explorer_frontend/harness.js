@@ -60,16 +60,16 @@ window.mount = (state, kind = "dataview") => {
 };
 
 // what the kernel side does: change traits, then fire their change events; resolves once every view is drawn
-// (new results redraw the statistics at once and the other views after the next frame is painted)
+// (new results redraw every view in the task that handles the change events)
 window.pyUpdate = (patch, kind = "dataview") => {
   const p = decodeState(patch, kind);
   Object.assign(window.model.state, p);
   for (const k of Object.keys(p)) window.model.emit(`change:${k}`);
-  // (the other views are drawn in a task queued from the next animation frame: wait past it)
-  return new Promise((resolve) => requestAnimationFrame(() => setTimeout(() => setTimeout(() => resolve(true), 0), 0)));
+  // (the change events' handlers draw in a microtask: wait past it)
+  return new Promise((resolve) => setTimeout(() => resolve(true), 0));
 };
 // one view module on its own (a unit test of that view): a Store over the model, the view's element, every change
-// emitted once; resolves after the views drawn a frame later are drawn too
+// emitted once
 window.mountView = (name, state, kind = "dataview") => {
   window.model = new Model(decodeState(state, kind));
   const el = document.getElementById("app");

@@ -48,10 +48,9 @@ function render({ model, el }: RenderProps<Traits>): () => void {
       if (ac.signal.aborted) return;
       const changed = [...pending];
       pending = new Set();
-      const progressive = fresh && body.dataset.drawn !== undefined;
       if (fresh) store.decode();
       fresh = false;
-      store.emit(changed, progressive);
+      store.emit(changed);
     });
   };
   const handlers: [string, () => void][] = [
@@ -68,7 +67,6 @@ function render({ model, el }: RenderProps<Traits>): () => void {
 
   return () => {
     for (const [ev, f] of handlers) model.off(ev, f);
-    store.dispose();
     ac.abort();
   };
 }

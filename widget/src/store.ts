@@ -51,7 +51,6 @@ export interface Geo {
 interface Sub {
   deps: Set<Dep>;
   draw: () => void;
-  eager: boolean;
   el?: HTMLElement;
 }
 
@@ -70,9 +69,6 @@ export class Store {
   private readonly subs: Sub[] = [];
   private memo = new Map<string, unknown>();
   private lastInput: { buffer: unknown; arrays: Map<string, { offset: number; arr: NdArray }> } = { buffer: null, arrays: new Map() };
-  private later = 0;
-  private readonly pending = new Set<Sub>();
-  private laterTask: ReturnType<typeof setTimeout> | undefined;
   /** called after every view shows the current results */
   onDrawn: () => void = () => undefined;
 
@@ -154,11 +150,10 @@ export class Store {
     this.geo = geoOf(results, this.model.get("shape") ?? []);
   }
 
-  /** `draw` runs whenever one of `deps` changed; `eager` views draw at once on new results, the others after the
-   *  next frame is painted (so the statistics show the new numbers a frame sooner). A view's `el` carries
-   *  `data-drawn` = the results version it shows once it drew them. */
-  on(deps: Dep[], draw: () => void, eager = false, el?: HTMLElement): void {
-    this.subs.push({ deps: new Set(deps), draw, eager, ...(el ? { el } : {}) });
+  /** `draw` runs whenever one of `deps` changed. A view's `el` carries `data-drawn` = the results version it
+   *  shows once it drew them. */
+  on(deps: Dep[], draw: () => void, el?: HTMLElement): void {
+    this.subs.push({ deps: new Set(deps), draw, ...(el ? { el } : {}) });
   }
 
   private run(s: Sub): void {
@@ -170,38 +165,12 @@ export class Store {
     }
   }
 
-  /** Draws the views that depend on what `changed`. With `progressive` (new results on a drawn Explorer) the eager
-   *  views draw now and the others after the next frame is painted; a later emit never drops them (an echo of a
-   *  control's value from the kernel, a hover, may come in between). */
-  emit(changed: Dep[], progressive = false): void {
-    const hit = (s: Sub): boolean => changed.some((d) => s.deps.has(d));
-    for (const s of this.subs) {
-      if (!hit(s)) continue;
-      if (progressive && !s.eager) {
-        this.pending.add(s);
-        continue;
-      }
-      this.pending.delete(s);
-      this.run(s);
-    }
-    if (this.pending.size === 0) return this.onDrawn();
-    if (this.later !== 0) return;
-    // a rAF callback runs before its frame's paint: the rest goes to a task queued from it
-    this.later = requestAnimationFrame(() => {
-      this.laterTask = setTimeout(() => {
-        this.later = 0;
-        if (this.signal.aborted) return;
-        const rest = [...this.pending];
-        this.pending.clear();
-        for (const s of rest) this.run(s);
-        this.onDrawn();
-      }, 0);
-    });
-  }
-
-  dispose(): void {
-    clearTimeout(this.laterTask);
-    cancelAnimationFrame(this.later);
+  /** Draws the views that depend on what `changed`, all in this task: new results reach every view in the same
+   *  frame (drawing the statistics a frame ahead of the rest cost the rest 50 ms in JupyterLab:
+   *  docs/reports/2026-12-03-explorer-one-frame.md). */
+  emit(changed: Dep[]): void {
+    for (const s of this.subs) if (changed.some((d) => s.deps.has(d))) this.run(s);
+    this.onDrawn();
   }
 }
 

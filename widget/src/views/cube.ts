@@ -61,7 +61,7 @@ export function cubeView(store: Store): HTMLElement {
       ),
     );
   }
-  store.on(["results", "selection", "hover"], draw, false, el);
+  store.on(["results", "selection", "hover"], draw, el);
   store.on(["results"], () => bnVsGn(store, tbody, head, caption));
   return el;
 }

@@ -33,6 +33,6 @@ export function gradientsView(store: Store): HTMLElement {
     zero.hidden = z === null;
     row.replaceChildren(norm.el, bars(store, "dweight", "dweight"), bars(store, "dbias", "dbias"));
   }
-  store.on(["results", "selection"], whenOpen(el, store.signal, draw), false, el);
+  store.on(["results", "selection"], whenOpen(el, store.signal, draw), el);
   return el;
 }

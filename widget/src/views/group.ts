@@ -143,6 +143,6 @@ export function groupView(store: Store): HTMLElement {
     if (dys === null || dxs === null) return bwd.replaceChildren();
     bwd.replaceChildren(...lines(backward(store, xs, dys, dxs, f.k, f.xhat)));
   }
-  store.on(["results", "selection"], draw, false, el);
+  store.on(["results", "selection"], draw, el);
   return el;
 }

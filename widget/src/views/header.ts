@@ -45,7 +45,7 @@ export function headerView(store: Store): HTMLElement {
     lessonTitle.textContent = `${l.title}:`;
     lessonText.textContent = l.text;
   }
-  store.on(["status", "results"], draw, true);
-  store.on(["lesson"], drawLesson, true);
+  store.on(["status", "results"], draw);
+  store.on(["lesson"], drawLesson);
   return el;
 }

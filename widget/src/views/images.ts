@@ -153,7 +153,7 @@ export function imagesView(store: Store): HTMLElement {
       p.canvas.dataset.draws = String(Number(p.canvas.dataset.draws ?? "0") + 1);
     }
   }
-  store.on(["results", "selection", "paint"], draw, false, el);
+  store.on(["results", "selection", "paint"], draw, el);
   // a new width lays the tiles out again
   const ro = new ResizeObserver(([entry]) => {
     const w = Math.round(entry?.contentRect.width ?? 0);

@@ -72,6 +72,6 @@ export function invariantsView(store: Store): HTMLElement {
     caption.textContent = `Over ${w.checked} groups of the ${Math.min(geo.n, geo.sent)} samples sent (${dt}; tolerance relative to rstd·‖g‖·√M, M = ${geo.cg * geo.s})`;
     tbody.replaceChildren(row("inv-dx-sum", "Σ dx = 0 in every group", w.sum, w.whereSum), row("inv-dx-dot-xhat", "Σ dx·x̂ = eps·rstd³·Σ g·x̂ (dx ⟂ x̂ when eps = 0)", w.dot, w.whereDot));
   }
-  store.on(["results"], whenOpen(el, store.signal, draw), false, el);
+  store.on(["results"], whenOpen(el, store.signal, draw), el);
   return el;
 }

@@ -48,6 +48,6 @@ export function statsView(store: Store): HTMLElement {
     title.textContent = geo ? `Statistics: one mean and rstd per (sample, group), ${geo.n} × ${geo.g}` : "Statistics";
     note.textContent = geo ? `A group: ${geo.cg} channel${geo.cg > 1 ? "s" : ""} × ${geo.s} positions of one sample. Click a cell to select it everywhere.` : "";
   }
-  store.on(["results", "selection"], draw, true, el);
+  store.on(["results", "selection"], draw, el);
   return el;
 }
