@@ -730,5 +730,46 @@ def test_browser_bench_times_the_layout_asked_for(wheel):
     assert len(printed) == 1 and "nhwc" in printed[0] and "nchw" not in printed[0], out.stdout
 
 
+def _host_rows(stdout, label):
+    rows = [line for line in stdout.splitlines() if line.startswith(f"| {label} ")]
+    return [[c.strip() for c in row.strip("|").split("|")] for row in rows]
+
+
+def test_browser_bench_host_prints_the_host_work_table(wheel):
+    """`scripts/browser-bench --host`: webgpu_host's table from the page, per layout and dtype: microseconds of
+    the op's, the backend's and the floor kernels' calls and their ratios; "-" where a shape has no floor kernel
+    (H*W not a multiple of 4, C not a multiple of 4)."""
+    if pb.prerequisites():
+        _missing(pb.prerequisites())
+    out_json = wheel.parent / "host.json"
+    argv = ["--host", "--shapes", "1,64,16,16,8;1,30,5,5,3", "--calls", "5", "--layout", "both"]
+    argv += ["--dtype", "float32,bfloat16", "--wheel", str(wheel), "--json", str(out_json)]
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "browser-bench"), *argv], capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "host time of a call without its wait" in out.stdout, out.stdout
+    full, bare = _host_rows(out.stdout, "1x64x16x16 G8"), _host_rows(out.stdout, "1x30x5x5 G3")
+    assert len(full) == 4 and len(bare) == 4, out.stdout  # 2 layouts x 2 dtypes
+    for cells in full:
+        assert len(cells) == 11 and all(float(c) > 0 for c in cells[1:]), cells
+    for cells in bare:
+        assert len(cells) == 11 and all(float(c) > 0 for c in cells[1:5]) and set(cells[5:]) == {"-"}, cells
+    tables = json.loads(out_json.read_text())["tables"]
+    assert [(t["layout"], t["dtype"]) for t in tables] == [
+        (lay, dt) for dt in ("float32", "bfloat16") for lay in ("nchw", "nhwc")
+    ], tables
+    names = {"op_fwd", "backend_fwd", "op_bwd", "backend_bwd"}
+    assert all(set(t["rows"][0]["us"]) == names | {"floor_fwd", "floor_bwd"} for t in tables), tables
+    assert all(set(t["rows"][1]["us"]) == names for t in tables), tables
+    refused = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "browser-bench"), "--host", "--floor"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "--host times the op" in refused.stderr, refused.stderr
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-v"]))

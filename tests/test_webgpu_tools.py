@@ -50,5 +50,15 @@ def test_host_time_prints_the_op_the_backend_and_the_floor(wg):  # noqa: F811
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert len(cells) == 11, row
         assert all(float(c) > 0 for c in cells[1:]), row  # us of op, backend, floor, and their ratios
+    # channels-last has its floor kernels too; a shape they do not take prints "-" for the floor and ratios
+    nhwc = _run(
+        "-m", "numr_web.bench.webgpu_host", "--shapes", "2,64,8,8,8;1,30,5,5,3", "--layout", "nhwc", "--calls", "5"
+    )
+    assert nhwc.returncode == 0, nhwc.stderr
+    rows = [[c.strip() for c in row.strip("|").split("|")] for row in nhwc.stdout.splitlines() if row.startswith("| ")]
+    (full,) = [r for r in rows if r[0] == "2x64x8x8 G8"]
+    (bare,) = [r for r in rows if r[0] == "1x30x5x5 G3"]
+    assert all(float(c) > 0 for c in full[1:]), full
+    assert all(float(c) > 0 for c in bare[1:5]) and set(bare[5:]) == {"-"}, bare
     bad = _run("-m", "numr_web.bench.webgpu_host", "--calls", "0")
     assert bad.returncode == 2 and "--calls" in bad.stderr

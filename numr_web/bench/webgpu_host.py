@@ -9,8 +9,9 @@ GPU work).  Timed, interleaved call by call in shuffled rounds: the public op (`
 / ``group_norm_backward``: validation, layout, dispatch), the backend's call under it (the
 launcher: plan, outputs, parameters, bind groups, the recorded dispatches and their submit)
 and the floor kernels' call (``numr_web.bench.floor``: one kept launch and its submit, the
-least any call can do).  Printed per shape: medians in microseconds and op / floor, backend /
-floor; the machine's 1-minute load before and after.
+least any call can do; channels-last too, where ``floor.timed_callables`` takes the shape).  Printed
+per shape: medians in microseconds and op / floor, backend / floor; the machine's 1-minute load before
+and after.  ``scripts/browser-bench --host`` prints the same table from Pyodide in Chromium.
 """
 
 from __future__ import annotations
@@ -55,13 +56,42 @@ def host_seconds(fns: dict, calls: int, synchronize, seed: int = 0) -> dict:
     return out
 
 
+def callables(x, dy, w, b, groups, layout="nchw") -> dict:
+    """``{name: callable}`` on WebGPU arrays x, dy (N, C, *S) and w, b (C,): the op's and the backend's
+    forward and backward, and the floor kernels' call where ``numr_web.bench.floor`` has one for the
+    shape (``floor_fwd``, ``floor_bwd``; NCHW and channels-last).  NumPy-free: the browser runs it too."""
+    import numr_web
+    from numr_web.backends.webgpu import BACKEND as be
+    from numr_web.bench import floor
+
+    _, mean, rstd = be.group_norm_forward(x, w, b, groups, 1e-5, layout=layout)
+    fns = {
+        "op_fwd": lambda: numr_web.ops.group_norm_forward(x, w, b, groups, 1e-5),
+        "backend_fwd": lambda: be.group_norm_forward(x, w, b, groups, 1e-5, layout=layout),
+        "op_bwd": lambda: numr_web.ops.group_norm_backward(dy, x, mean, rstd, w, groups, bias=b),
+        "backend_bwd": lambda: be.group_norm_backward(dy, x, mean, rstd, w, b, groups, layout=layout),
+    }
+    try:
+        fns.update(floor.timed_callables(x, dy, groups, layout))
+    except ValueError:  # a shape the floor kernels do not take: the row has no ratios
+        pass
+    return fns
+
+
+def measure_arrays(x, dy, w, b, groups, layout="nchw", calls=200, seed=0) -> dict:
+    """Medians (seconds) of the host time of each of ``callables(...)``."""
+    from numr_web.backends.webgpu import BACKEND as be
+
+    samples = host_seconds(callables(x, dy, w, b, groups, layout), calls, be.synchronize, seed)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
 def measure(shape, groups, layout="nchw", dtype="float32", calls=200, seed=0) -> dict:
-    """Medians (seconds) of the host time of forward and backward calls and of the floor's."""
+    """Medians (seconds) of the host time of forward and backward calls and of the floor's, on NumPy-made inputs."""
     import numpy as np
 
     import numr_web
     from numr_web.backends.webgpu import BACKEND as be
-    from numr_web.bench import floor
     from numr_web.memory_layout import as_channels_last
 
     rng = np.random.default_rng(seed)
@@ -72,17 +102,27 @@ def measure(shape, groups, layout="nchw", dtype="float32", calls=200, seed=0) ->
         x, dy = as_channels_last(x), as_channels_last(dy)
     w = rng.standard_normal(shape[1]).astype(np.float32)
     X, DY, W, B = (be.from_numpy(a) for a in (x, dy, w, w))
-    _, mean, rstd = be.group_norm_forward(X, W, B, groups, 1e-5, layout=layout)
-    fns = {
-        "op_fwd": lambda: numr_web.ops.group_norm_forward(X, W, B, groups, 1e-5),
-        "backend_fwd": lambda: be.group_norm_forward(X, W, B, groups, 1e-5, layout=layout),
-        "op_bwd": lambda: numr_web.ops.group_norm_backward(DY, X, mean, rstd, W, groups, bias=B),
-        "backend_bwd": lambda: be.group_norm_backward(DY, X, mean, rstd, W, B, groups, layout=layout),
-    }
-    if layout == "nchw":
-        fns.update(floor.timed_callables(X, DY, groups))
-    samples = host_seconds(fns, calls, be.synchronize)
-    return {k: statistics.median(v) for k, v in samples.items()}
+    return measure_arrays(X, DY, W, B, groups, layout, calls, seed)
+
+
+HEAD = ["shape", "op fwd", "backend fwd", "op bwd", "backend bwd", "floor fwd", "floor bwd"]
+HEAD += ["op/floor fwd", "backend/floor fwd", "op/floor bwd", "backend/floor bwd"]
+
+
+def header() -> str:
+    """The table's header and rule (markdown)."""
+    return "| " + " | ".join(HEAD) + " |\n|" + "---|" * len(HEAD)
+
+
+def row(shape, groups, m) -> str:
+    """One table row from ``measure``'s medians (microseconds; ratios; "-" where the shape has no floor)."""
+    cells = ["x".join(map(str, shape)) + f" G{groups}"]
+    names = ("op_fwd", "backend_fwd", "op_bwd", "backend_bwd", "floor_fwd", "floor_bwd")
+    cells += [f"{m[k] * 1e6:.0f}" if k in m else "-" for k in names]
+    for num, den in (("op_fwd", "floor_fwd"), ("backend_fwd", "floor_fwd"), ("op_bwd", "floor_bwd")):
+        cells.append(f"{m[num] / m[den]:.2f}" if den in m else "-")
+    cells.append(f"{m['backend_bwd'] / m['floor_bwd']:.2f}" if "floor_bwd" in m else "-")
+    return "| " + " | ".join(cells) + " |"
 
 
 def main(argv=None):
@@ -108,26 +148,10 @@ def main(argv=None):
         f"wait, medians of {args.calls} calls each, interleaved in shuffled rounds, microseconds; "
         f"1-minute load {load0:.2f}"
     )
-    head = ["shape", "op fwd", "backend fwd", "op bwd", "backend bwd"]
-    floor = args.layout == "nchw"
-    if floor:
-        head += ["floor fwd", "floor bwd", "op/floor fwd", "backend/floor fwd", "op/floor bwd", "backend/floor bwd"]
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
+    print(header())
     for nums in shapes:
         shape, groups = tuple(nums[:-1]), nums[-1]
-        m = measure(shape, groups, args.layout, args.dtype, args.calls)
-        cells = ["x".join(map(str, shape)) + f" G{groups}"]
-        cells += [f"{m[k] * 1e6:.0f}" for k in ("op_fwd", "backend_fwd", "op_bwd", "backend_bwd")]
-        if floor:
-            cells += [f"{m[k] * 1e6:.0f}" for k in ("floor_fwd", "floor_bwd")]
-            cells += [
-                f"{m['op_fwd'] / m['floor_fwd']:.2f}",
-                f"{m['backend_fwd'] / m['floor_fwd']:.2f}",
-                f"{m['op_bwd'] / m['floor_bwd']:.2f}",
-                f"{m['backend_bwd'] / m['floor_bwd']:.2f}",
-            ]
-        print("| " + " | ".join(cells) + " |", flush=True)
+        print(row(shape, groups, measure(shape, groups, args.layout, args.dtype, args.calls)), flush=True)
     print(f"1-minute load after: {_load():.2f}")
 
 
