@@ -275,7 +275,8 @@ def fwd_nchw_groups(x3, y3, w, b, G, eps, silu, mean_out, rstd_out, proto):
 def bwd_nchw_groups(
     dy3, x3, dx3, mean_in, rstd_in, w, b, G, silu, refine, refine_above, ds_nc, db_nc, mlo_out, dw, dbias, proto
 ):
-    """Closed-form backward per (n, g); ds_nc/db_nc: (N*G, channels_per_group) float64 per (n, c) sums;
+    """Closed-form backward per (n, g); ds_nc/db_nc: (N*G, channels_per_group) float64 per (n, c) sums
+    (ds_nc left holding each (n, c)'s dweight term rstd*(ds - mean_lo*db));
     mlo_out: (N*G,) the low part of the mean used; dw/dbias (C,) float64 (from the per (n, c)
     sums, in a fixed order).  With ``refine`` (float32 statistics), groups with
     |mean| * rstd > refine_above recover the saved mean's low part from sum(x - mean_hi)."""
@@ -293,16 +294,22 @@ def bwd_nchw_groups(
         _bwd_apply_group(
             dy3, x3, dx3, t, c0, mean_hi, zlo, rstd, w, b, acc(beta, proto), acc(gamma, proto), silu, proto
         )
-    C = w.shape[0]
+        for j in range(channels_per_group):  # the group's dweight terms, so that the serial pass only adds
+            ds_nc[t, j] = rstd * (ds_nc[t, j] - mlo * db_nc[t, j])
+    _add_over_samples(ds_nc.reshape((NG // G, w.shape[0])), db_nc.reshape((NG // G, w.shape[0])), dw, dbias)
+
+
+@njit(cache=True)
+def _add_over_samples(dwp, db_nc, dw, dbias):
+    """dw/dbias[c] = sum over n of dwp/db_nc[n, c] in sample order (float64; rows of C, contiguous)."""
+    N, C = dwp.shape
     for c in range(C):
         dw[c] = 0.0
         dbias[c] = 0.0
-    for t in range(NG):
-        c0 = (t % G) * channels_per_group
-        r = np.float64(rstd_in[t])
-        for j in range(channels_per_group):
-            dw[c0 + j] += r * (ds_nc[t, j] - mlo_out[t] * db_nc[t, j])
-            dbias[c0 + j] += db_nc[t, j]
+    for n in range(N):
+        for c in range(C):
+            dw[c] += dwp[n, c]
+            dbias[c] += db_nc[n, c]
 
 
 # ---------------------------------------------------------------------------
