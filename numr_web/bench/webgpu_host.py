@@ -119,9 +119,13 @@ def row(shape, groups, m) -> str:
     cells = ["x".join(map(str, shape)) + f" G{groups}"]
     names = ("op_fwd", "backend_fwd", "op_bwd", "backend_bwd", "floor_fwd", "floor_bwd")
     cells += [f"{m[k] * 1e6:.0f}" if k in m else "-" for k in names]
-    for num, den in (("op_fwd", "floor_fwd"), ("backend_fwd", "floor_fwd"), ("op_bwd", "floor_bwd")):
+    for num, den in (
+        ("op_fwd", "floor_fwd"),
+        ("backend_fwd", "floor_fwd"),
+        ("op_bwd", "floor_bwd"),
+        ("backend_bwd", "floor_bwd"),
+    ):
         cells.append(f"{m[num] / m[den]:.2f}" if den in m else "-")
-    cells.append(f"{m['backend_bwd'] / m['floor_bwd']:.2f}" if "floor_bwd" in m else "-")
     return "| " + " | ".join(cells) + " |"
 
 
