@@ -288,12 +288,19 @@ def bwd_nchw_groups(
         zlo = np.float64(mean_lo)  # the pre-activation z uses the given low part
         c0 = (t % G) * channels_per_group
         ref = refine and abs(np.float64(mean_hi)) * rstd > refine_above
-        sg, sgx, sx = _bwd_group_sums(dy3, x3, t, c0, mean_hi, zlo, rstd, w, b, silu, ref, ds_nc, db_nc, proto)
+        # silu passed as a constant, so that each helper is compiled inline without the other branch's
+        # loops (probes at 16x1280x8x8: 0.07 to 0.14 of PyTorch's backward time less, 2026-12-03)
+        if silu:
+            sg, sgx, sx = _bwd_group_sums(dy3, x3, t, c0, mean_hi, zlo, rstd, w, b, True, ref, ds_nc, db_nc, proto)
+        else:
+            sg, sgx, sx = _bwd_group_sums(dy3, x3, t, c0, mean_hi, zlo, rstd, w, b, False, ref, ds_nc, db_nc, proto)
         mlo, beta, gamma = dx_coefficients(mean_hi, zlo, rstd, sg, sgx, sx, ref, refine_above, M)
         mlo_out[t] = mlo
-        _bwd_apply_group(
-            dy3, x3, dx3, t, c0, mean_hi, zlo, rstd, w, b, acc(beta, proto), acc(gamma, proto), silu, proto
-        )
+        beta_a, gamma_a = acc(beta, proto), acc(gamma, proto)
+        if silu:
+            _bwd_apply_group(dy3, x3, dx3, t, c0, mean_hi, zlo, rstd, w, b, beta_a, gamma_a, True, proto)
+        else:
+            _bwd_apply_group(dy3, x3, dx3, t, c0, mean_hi, zlo, rstd, w, b, beta_a, gamma_a, False, proto)
         for j in range(channels_per_group):  # the group's dweight terms, so that the serial pass only adds
             ds_nc[t, j] = rstd * (ds_nc[t, j] - mlo * db_nc[t, j])
     _add_over_samples(ds_nc.reshape((NG // G, w.shape[0])), db_nc.reshape((NG // G, w.shape[0])), dw, dbias)
