@@ -10,9 +10,8 @@ off the CPU (a 0.16 ms forward took 8 ms).  The decisions made here:
   thread.  Above it, each kind of call (direction, layout, shape, dtype) runs on
   the faster of "parallel" and "serial" as timed here (the second best of
   each one's last ``WINDOW`` calls): the first calls try both, then the loser is
-  timed again now and then (every ``PROBE_MIN`` calls, backing off to
-  ``PROBE_MAX`` while it keeps losing; a losing parallel mode for ``PROBE_RUN``
-  calls in a row, a losing serial mode for ``SERIAL_PROBE_RUN``).  On an idle
+  timed again now and then (``PROBE_RUN`` calls in a row, every ``PROBE_MIN``
+  calls, backing off to ``PROBE_MAX`` while it keeps losing).  On an idle
   machine parallel wins; once other processes take the cores, a few calls later
   serial does where it is faster, and a probe brings parallel back.  The kernels' splits are fixed by the
   shape, not the thread count, so results are bitwise the same either way.
@@ -43,17 +42,11 @@ import time
 
 #: calls on fewer elements always run on one thread
 SERIAL_BELOW = 1 << 16
-#: a losing mode is timed again after this many calls, doubling while it keeps losing, up to PROBE_MAX
+#: a losing mode is timed again (PROBE_RUN calls in a row) after this many calls, doubling while it
+#: keeps losing, up to PROBE_MAX
 PROBE_MIN = 8
 PROBE_MAX = 256
-#: calls in a row of a probe of parallel: the first wakes sleeping threads, the next ones show what
-#: parallel costs now
 PROBE_RUN = 3
-#: calls of a probe of serial: one thread has nothing to wake, so one call shows what serial costs.
-#: On an idle machine serial is the loser, at 1.4 to 4 times parallel's time (16x1280x8x8 backward,
-#: 2026-12-03), so each call of its probes is a slow call a user pays for (3 per probe cost the
-#: 650 calls of a bench about 25 us each on average there)
-SERIAL_PROBE_RUN = 1
 #: the environment variable that pins the choice
 MODE_ENV = "NUMR_WEB_CPU_THREADS"
 MODES = ("auto", "parallel", "serial")
@@ -191,9 +184,8 @@ def _choose(key):
     e.since_probe += 1
     if e.since_probe >= e.interval:
         e.since_probe = 0
-        loser = 1 - best
-        e.probing = (PROBE_RUN if loser == _PAR else SERIAL_PROBE_RUN) - 1
-        return loser, e, e.probing == 0
+        e.probing = PROBE_RUN - 1
+        return 1 - best, e, e.probing == 0
     return best, e, False
 
 
