@@ -133,6 +133,24 @@ def test_a_call_is_one_submit_and_its_released_buffers_wait_for_it(wg, rng, monk
     np.testing.assert_array_equal(wg.to_numpy(c), 7.0)
 
 
+def test_a_read_inside_a_batch_sees_the_dispatches_recorded_before_it(wg, rng):
+    """A read-back inside ``Context.batch()`` first submits what the batch recorded (as a wait does):
+    otherwise it reads the buffer as it was before the batch's dispatches, with no error."""
+    from numr_web.backends.webgpu import array_kernels, device
+
+    ctx = device.context()
+    a_host = rng.standard_normal(1000).astype(np.float32)
+    a = wg.from_numpy(a_host)
+    with ctx.batch():
+        array_kernels.fill(a, 3.0)
+        inside = wg.to_numpy(a)
+        b = array_kernels.convert(a, a.dtype)  # the batch goes on recording after the read
+        array_kernels.fill(a, 5.0)
+    np.testing.assert_array_equal(inside, 3.0)
+    np.testing.assert_array_equal(wg.to_numpy(b), 3.0)
+    np.testing.assert_array_equal(wg.to_numpy(a), 5.0)
+
+
 def test_a_thousand_calls_keep_memory_flat(wg, rng):
     from numr_web.backends.webgpu import device
 

@@ -150,6 +150,7 @@ class WebGPUArray:
     def physical_bytes(self) -> bytes:
         """The buffer's bytes in memory order (blocks until the GPU is done)."""
         ctx = self.ctx
+        ctx.submit_recorded()
         return ctx.transport.read_buffer(ctx.dev, self.buffer, 0, self.nbytes) if self.nbytes else b""
 
     async def physical_bytes_async(self) -> bytes:
@@ -157,6 +158,7 @@ class WebGPUArray:
         ctx = self.ctx
         if not self.nbytes:
             return b""
+        ctx.submit_recorded()
         read = getattr(ctx.transport, "read_buffer_async", None)
         if read is None:  # a transport that only blocks (wgpu-py)
             return ctx.transport.read_buffer(ctx.dev, self.buffer, 0, self.nbytes)

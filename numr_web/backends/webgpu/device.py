@@ -291,6 +291,12 @@ class Context:
             for buf, size in deferred:
                 self.release(buf, size)
 
+    def submit_recorded(self):
+        """Submit what an open ``batch()`` has recorded so far: a read-back must see the writes of
+        the dispatches recorded before it (the batch goes on recording after it)."""
+        if self._encoding is not None:
+            self.flush()
+
     def params_buffer(self, params):
         """The kept buffer holding the parameter block ``params`` (bytes), written once."""
         return self._params_buffer(bytes(params))
