@@ -96,10 +96,12 @@ def first_array(result):
 def read_back_small(result, nbytes: int = READ_BACK_BYTES) -> bytes:
     """The first ``nbytes`` of the call's (first) output, read back to the host the way the
     array's own read-back does (``WebGPUArray.physical_bytes``: the transport's
-    ``read_buffer``), so it waits for every queued dispatch.  CUDA: the first element."""
+    ``read_buffer``, after submitting what a ``batch()`` recorded), so it waits for every
+    queued dispatch.  CUDA: the first element."""
     a = first_array(result)
     if getattr(a, "device", None) == "webgpu":
         ctx = a.ctx
+        ctx.submit_recorded()
         return ctx.transport.read_buffer(ctx.dev, a.buffer, 0, min(nbytes, a.nbytes)) if a.nbytes else b""
     if hasattr(a, "get"):  # CuPy
         return a[(0,) * a.ndim].get().tobytes() if a.size else b""

@@ -450,7 +450,6 @@ def _backward_kernels(dy, x, mean, rstd, weight, bias, num_groups, activation=No
     if _use_group_path(layout, N, G, M):
         ds = np.empty((N * G, channels_per_group), np.float64)
         db = np.empty((N * G, channels_per_group), np.float64)
-        mlo_used = np.empty(N * G, np.float64)
         group_shape = (N * G, channels_per_group, S)
         k.nchw.bwd_nchw_groups(
             _kernel_view(dy.reshape(group_shape)),
@@ -466,7 +465,6 @@ def _backward_kernels(dy, x, mean, rstd, weight, bias, num_groups, activation=No
             REFINE_MEAN_ABOVE,
             ds,
             db,
-            mlo_used,
             dw64,
             db64,
             proto,

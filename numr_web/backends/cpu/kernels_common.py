@@ -151,6 +151,19 @@ def sample_coefficient_tiles(mean_in, rstd_in, n, w, b, R, mT, sT, hT, proto):
     repeat_tile(hT, R, C)
 
 
+@njit(cache=True)
+def add_over_samples(dwp, db_nc, dw, dbias, c0, c1):
+    """dw/dbias[c] = sum over n of dwp/db_nc[n, c] for c in [c0, c1), in sample order (float64;
+    rows of C, contiguous)."""
+    for c in range(c0, c1):
+        dw[c] = 0.0
+        dbias[c] = 0.0
+    for n in range(dwp.shape[0]):
+        for c in range(c0, c1):
+            dw[c] += dwp[n, c]
+            dbias[c] += db_nc[n, c]
+
+
 @njit(parallel=True, cache=True)
 def warmup_parallel(a):
     s = 0.0

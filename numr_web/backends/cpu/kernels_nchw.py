@@ -23,6 +23,7 @@ import numpy as np
 from numba import njit, prange
 
 from numr_web.backends.cpu.kernels_common import (
+    add_over_samples,
     dx_coefficients,
     group_dx_coefficients,
     inv_sqrt,
@@ -273,12 +274,11 @@ def fwd_nchw_groups(x3, y3, w, b, G, eps, silu, mean_out, rstd_out, proto):
 
 @njit(parallel=True, cache=True)
 def bwd_nchw_groups(
-    dy3, x3, dx3, mean_in, rstd_in, w, b, G, silu, refine, refine_above, ds_nc, db_nc, mlo_out, dw, dbias, proto
+    dy3, x3, dx3, mean_in, rstd_in, w, b, G, silu, refine, refine_above, ds_nc, db_nc, dw, dbias, proto
 ):
     """Closed-form backward per (n, g); ds_nc/db_nc: (N*G, channels_per_group) float64 per (n, c) sums
-    (ds_nc left holding each (n, c)'s dweight term rstd*(ds - mean_lo*db));
-    mlo_out: (N*G,) the low part of the mean used; dw/dbias (C,) float64 (from the per (n, c)
-    sums, in a fixed order).  With ``refine`` (float32 statistics), groups with
+    (ds_nc left holding each (n, c)'s dweight term rstd*(ds - mean_lo*db)); dw/dbias (C,) float64
+    (from the per (n, c) sums, in a fixed order).  With ``refine`` (float32 statistics), groups with
     |mean| * rstd > refine_above recover the saved mean's low part from sum(x - mean_hi)."""
     NG, channels_per_group, S = x3.shape
     M = channels_per_group * S
@@ -295,7 +295,6 @@ def bwd_nchw_groups(
         else:
             sg, sgx, sx = _bwd_group_sums(dy3, x3, t, c0, mean_hi, zlo, rstd, w, b, False, ref, ds_nc, db_nc, proto)
         mlo, beta, gamma = dx_coefficients(mean_hi, zlo, rstd, sg, sgx, sx, ref, refine_above, M)
-        mlo_out[t] = mlo
         beta_a, gamma_a = acc(beta, proto), acc(gamma, proto)
         if silu:
             _bwd_apply_group(dy3, x3, dx3, t, c0, mean_hi, zlo, rstd, w, b, beta_a, gamma_a, True, proto)
@@ -303,20 +302,8 @@ def bwd_nchw_groups(
             _bwd_apply_group(dy3, x3, dx3, t, c0, mean_hi, zlo, rstd, w, b, beta_a, gamma_a, False, proto)
         for j in range(channels_per_group):  # the group's dweight terms, so that the serial pass only adds
             ds_nc[t, j] = rstd * (ds_nc[t, j] - mlo * db_nc[t, j])
-    _add_over_samples(ds_nc.reshape((NG // G, w.shape[0])), db_nc.reshape((NG // G, w.shape[0])), dw, dbias)
-
-
-@njit(cache=True)
-def _add_over_samples(dwp, db_nc, dw, dbias):
-    """dw/dbias[c] = sum over n of dwp/db_nc[n, c] in sample order (float64; rows of C, contiguous)."""
-    N, C = dwp.shape
-    for c in range(C):
-        dw[c] = 0.0
-        dbias[c] = 0.0
-    for n in range(N):
-        for c in range(C):
-            dw[c] += dwp[n, c]
-            dbias[c] += db_nc[n, c]
+    C = w.shape[0]  # serial: a few microseconds at most, less than a parallel region's start
+    add_over_samples(ds_nc.reshape((NG // G, C)), db_nc.reshape((NG // G, C)), dw, dbias, 0, C)
 
 
 # ---------------------------------------------------------------------------

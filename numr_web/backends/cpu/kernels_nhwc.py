@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit, prange
 
 from numr_web.backends.cpu.kernels_common import (
+    add_over_samples,
     apply_coefficients,
     group_dx_coefficients,
     inv_sqrt,
@@ -522,17 +523,9 @@ DW_BLOCK = 256
 @njit(parallel=True, cache=True)
 def _sum_over_samples(dwp, db_nc, dw, dbias):
     """dw/dbias[c] = sum over n of dwp/db_nc[n, c], in sample order (float64)."""
-    N, C = dwp.shape
+    C = dwp.shape[1]
     for cb in prange((C + DW_BLOCK - 1) // DW_BLOCK):
-        c0 = cb * DW_BLOCK
-        c1 = min(C, c0 + DW_BLOCK)
-        for c in range(c0, c1):
-            dw[c] = 0.0
-            dbias[c] = 0.0
-        for n in range(N):
-            for c in range(c0, c1):
-                dw[c] += dwp[n, c]
-                dbias[c] += db_nc[n, c]
+        add_over_samples(dwp, db_nc, dw, dbias, cb * DW_BLOCK, min(C, (cb + 1) * DW_BLOCK))
 
 
 @njit(parallel=True, cache=True)
