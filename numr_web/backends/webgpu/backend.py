@@ -154,8 +154,8 @@ class WebGPUBackend(Backend):
     # -- kernels -------------------------------------------------------------------------
     @_lost_guard
     def group_norm_forward(self, x, weight, bias, num_groups, eps, activation=None, *, layout):
-        with x.ctx.batch():  # the call's dispatches go in one submit
-            return group_norm_launch.forward(x, weight, bias, num_groups, eps, activation, layout)
+        # the call's dispatches go in one submit (the launcher opens a batch for them)
+        return group_norm_launch.forward(x, weight, bias, num_groups, eps, activation, layout)
 
     @_lost_guard
     def group_norm_backward(self, dy, x, mean, rstd, weight, bias, num_groups, activation=None, *, layout):

@@ -161,17 +161,21 @@ class Recipe:
         self._last = (found, made)
 
 
-def _recipe(ctx, program, x, layout, num_groups, *args):
-    """The kept recipe of the call ``program(plan, ctx, key, *args)`` writes for ``x``, made on its
-    signature's first call (the least recently used beyond RECIPES_KEPT go)."""
-    sig = (program, x.shape, x.dtype.name, layout, num_groups, *args, ctx.cpu_adapter, ctx.max_binding, _switches())
+def _signature(ctx, program, x, layout, num_groups, *args):
+    """What the launches of the call ``program(plan, ctx, key, *args)`` on ``x`` depend on."""
+    return (program, x.shape, x.dtype.name, layout, num_groups, *args, ctx.cpu_adapter, ctx.max_binding, _switches())
+
+
+def _recipe(ctx, sig, x, layout, num_groups):
+    """The kept recipe of the call signed ``sig`` (``_signature``), made on its first call (the
+    least recently used beyond RECIPES_KEPT go)."""
     recipes = ctx.recipes
     recipe = recipes.get(sig)
     if recipe is not None:
         recipes.move_to_end(sig)
         return recipe
     plan = GroupPlan(x, num_groups, layout, ctx.cpu_adapter)
-    recipe = recipes[sig] = Recipe(ctx, program(plan, ctx, ctx.dtype_key(x.dtype.name), *args))
+    recipe = recipes[sig] = Recipe(ctx, sig[0](plan, ctx, ctx.dtype_key(x.dtype.name), *sig[5:-3]))
     while len(recipes) > RECIPES_KEPT:
         recipes.popitem(last=False)
     return recipe
@@ -283,14 +287,31 @@ def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation, layout):
         # empty groups have no statistics (as on every backend)
         mean, rstd = (array_kernels.full(ctx, (N, num_groups), F32, math.nan) for _ in range(2))
         return y, mean, rstd
-    w = weight if weight is None or weight.dtype == F32 else array_kernels.convert(weight, F32)
-    b = bias if bias is None or bias.dtype == F32 else array_kernels.convert(bias, F32)
-    silu = activation == "silu"
-    recipe = _recipe(ctx, forward_program, x, layout, num_groups, eps, silu, w is not None, b is not None)
+    sig = _signature(ctx, forward_program, x, layout, num_groups, eps, activation == "silu", *_given(weight, bias))
     y = WebGPUArray._wrap(Scratch(ctx, x.nbytes), shape, x.dtype, x.strides)
     mean, rstd = _stats(ctx, N, num_groups), _stats(ctx, N, num_groups)
-    recipe.run(ctx, {"x": x, "y": y, "mean": mean, "rstd": rstd, "w": w, "b": b})
+    arrays = {"x": x, "y": y, "mean": mean, "rstd": rstd, "w": weight, "b": bias}
+    recipe = ctx.recipes.get(sig)
+    if (
+        recipe is not None
+        and len(recipe.steps) == 1
+        and (weight is None or weight.dtype == F32)
+        and (bias is None or bias.dtype == F32)
+    ):
+        # one dispatch, submitted as it is recorded: no batch to open and close (on lavapipe, right after a
+        # wait, that took about 0.07 of the floor kernels' call, docs/reports/2026-12-03-webgpu-host-work.md)
+        ctx.recipes.move_to_end(sig)
+        recipe.run(ctx, arrays)
+        return y, mean, rstd
+    with ctx.batch():  # a new recipe's constant fills, the conversions and the plan's dispatches: one submit
+        arrays["w"] = _f32_param(weight)
+        arrays["b"] = _f32_param(bias)
+        _recipe(ctx, sig, x, layout, num_groups).run(ctx, arrays)
     return y, mean, rstd
+
+
+def _given(weight, bias):
+    return weight is not None, bias is not None
 
 
 def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_groups, activation, layout):
@@ -318,7 +339,8 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
             dweight = array_kernels.full(ctx, (C,), F32, 0.0)
             dbias = array_kernels.full(ctx, (C,), F32, 0.0)
         return _in_weight_dtype(weight, dx, dweight, dbias)
-    recipe = _recipe(ctx, backward_program, x, layout, num_groups, silu, w is not None, b is not None)
+    sig = _signature(ctx, backward_program, x, layout, num_groups, silu, *_given(w, b))
+    recipe = _recipe(ctx, sig, x, layout, num_groups)
     arrays = {"x": x, "dy": dy, "dx": dx, "mean": mean, "rstd": rstd, "w": w, "b": b}
     if weight is None:
         recipe.run(ctx, arrays)
