@@ -154,13 +154,12 @@ class WebGPUBackend(Backend):
     # -- kernels -------------------------------------------------------------------------
     @_lost_guard
     def group_norm_forward(self, x, weight, bias, num_groups, eps, activation=None, *, layout):
-        # the call's dispatches go in one submit (the launcher opens a batch for them)
+        # one submit per call: the kept recipe's command buffer, or a batch (group_norm_launch)
         return group_norm_launch.forward(x, weight, bias, num_groups, eps, activation, layout)
 
     @_lost_guard
     def group_norm_backward(self, dy, x, mean, rstd, weight, bias, num_groups, activation=None, *, layout):
-        with x.ctx.batch():
-            return group_norm_launch.backward(dy, x, mean, rstd, weight, bias, num_groups, activation, layout)
+        return group_norm_launch.backward(dy, x, mean, rstd, weight, bias, num_groups, activation, layout)
 
     # -- generic ---------------------------------------------------------------------------
     @_lost_guard

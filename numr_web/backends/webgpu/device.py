@@ -232,14 +232,18 @@ class Context:
         self.compiled_ahead += compiled
         return compiled, failed
 
-    def launch(self, kernel, entry, dtypes, constants, bindings, workgroups, params=None, *, prepared=None):
+    def launch(
+        self, kernel, entry, dtypes, constants, bindings, workgroups, params=None, *, prepared=None, encoding=None
+    ):
         """Run ``entry`` of ``kernel`` over ``workgroups`` (an int, spread over a 2-D grid).
 
         ``bindings``: list of ``(buffer, offset, size)`` or ``buffer`` (whole);
         ``params``: bytes for the last binding (a small read-only buffer).  A repeated call
         finds its parameter buffer and its bind group made already.  ``prepared``: (pipeline,
         grid, bind group) made before (a kept recipe: ``bindings``, ``workgroups`` and
-        ``params`` are then not read; what is passed says what the group binds).
+        ``params`` are then not read; what is passed says what the group binds).  ``encoding``:
+        record the dispatch there (``transport.encode``; the caller submits it) instead of into
+        an open ``batch()`` or a submit of its own.
         """
         held = None
         if prepared is not None:
@@ -252,7 +256,9 @@ class Context:
                 binds.append((held.buffer, 0, held.size))
             groups = grid(workgroups)
             group = self._bind_group(pipe, binds)
-        if self._batch_depth:
+        if encoding is not None:
+            self.transport.encode_dispatch(encoding, pipe, group, groups)
+        elif self._batch_depth:
             if self._encoding is None:
                 self._encoding = self.transport.encode(self.dev)
             self.transport.encode_dispatch(self._encoding, pipe, group, groups)

@@ -141,24 +141,31 @@ class Recipe:
                 a._check_alive()  # raises for an array of a lost device (ctx itself is checked by the caller's x.ctx)
             found.append((st.buffer, min(st.size, maxb)))
         launch = ctx.launch
+        # outside a batch the call's dispatches go in one command buffer of its own, submitted at the end:
+        # no batch to open and close (on lavapipe, right after a wait, that took about 0.07 of the floor
+        # kernels' call, docs/reports/2026-12-03-webgpu-host-work.md).  Nothing is allocated (or written)
+        # before that submit, so a buffer released meanwhile cannot be handed out too early
+        enc = None if ctx._batch_depth else ctx.transport.encode(ctx.dev)
         last = self._last
         if last is not None and last[0] == found:
             for (names, pipe, groups, _slots), group in zip(self.steps, last[1]):
-                launch(*names, None, 0, prepared=(pipe, groups, group))
-            return
-        made = []
-        for names, pipe, groups, slots in self.steps:
-            binds = []
-            for i, rng in slots:
-                if i < 0:
-                    binds.append(rng)
-                else:
-                    buf, whole = found[i]
-                    binds.append((buf, rng[0], rng[1]) if rng else (buf, 0, whole))
-            group = ctx.bind_group(pipe, binds)
-            made.append(group)
-            launch(*names, binds, 0, prepared=(pipe, groups, group))
-        self._last = (found, made)
+                launch(*names, None, 0, prepared=(pipe, groups, group), encoding=enc)
+        else:
+            made = []
+            for names, pipe, groups, slots in self.steps:
+                binds = []
+                for i, rng in slots:
+                    if i < 0:
+                        binds.append(rng)
+                    else:
+                        buf, whole = found[i]
+                        binds.append((buf, rng[0], rng[1]) if rng else (buf, 0, whole))
+                group = ctx.bind_group(pipe, binds)
+                made.append(group)
+                launch(*names, binds, 0, prepared=(pipe, groups, group), encoding=enc)
+            self._last = (found, made)
+        if enc is not None:
+            ctx.transport.submit_encoded(ctx.dev, enc)
 
 
 def _signature(ctx, program, x, layout, num_groups, *args):
@@ -292,16 +299,9 @@ def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation, layout):
     mean, rstd = _stats(ctx, N, num_groups), _stats(ctx, N, num_groups)
     arrays = {"x": x, "y": y, "mean": mean, "rstd": rstd, "w": weight, "b": bias}
     recipe = ctx.recipes.get(sig)
-    if (
-        recipe is not None
-        and len(recipe.steps) == 1
-        and (weight is None or weight.dtype == F32)
-        and (bias is None or bias.dtype == F32)
-    ):
-        # one dispatch, submitted as it is recorded: no batch to open and close (on lavapipe, right after a
-        # wait, that took about 0.07 of the floor kernels' call, docs/reports/2026-12-03-webgpu-host-work.md)
+    if recipe is not None and (weight is None or weight.dtype == F32) and (bias is None or bias.dtype == F32):
         ctx.recipes.move_to_end(sig)
-        recipe.run(ctx, arrays)
+        recipe.run(ctx, arrays)  # one submit (Recipe.run)
         return y, mean, rstd
     with ctx.batch():  # a new recipe's constant fills, the conversions and the plan's dispatches: one submit
         arrays["w"] = _f32_param(weight)
@@ -315,6 +315,27 @@ def _given(weight, bias):
 
 
 def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_groups, activation, layout):
+    ctx = x.ctx
+    silu = activation == "silu"
+    b = bias if silu else None
+    if (
+        dy.dtype == x.dtype
+        and mean.dtype == rstd.dtype == F32
+        and (weight is None or weight.dtype == F32)
+        and (b is None or b.dtype == F32)
+        and mean.is_c_contiguous
+        and rstd.is_c_contiguous
+    ):
+        sig = _signature(ctx, backward_program, x, layout, num_groups, silu, *_given(weight, b))
+        recipe = ctx.recipes.get(sig)
+        if recipe is not None:  # nothing to convert and the recipe made: its dispatches, one submit (Recipe.run)
+            ctx.recipes.move_to_end(sig)
+            return _backward_run(ctx, recipe, dy, x, mean, rstd, weight, b)
+    with ctx.batch():  # a new recipe's constant fills, the conversions and the plan's dispatches: one submit
+        return _backward(dy, x, mean, rstd, weight, bias, num_groups, activation, layout)
+
+
+def _backward(dy, x, mean, rstd, weight, bias, num_groups, activation, layout):
     ctx = x.ctx
     if dy.dtype != x.dtype:
         dy = array_kernels.convert(dy, x.dtype)
@@ -340,15 +361,24 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
             dbias = array_kernels.full(ctx, (C,), F32, 0.0)
         return _in_weight_dtype(weight, dx, dweight, dbias)
     sig = _signature(ctx, backward_program, x, layout, num_groups, silu, *_given(w, b))
-    recipe = _recipe(ctx, sig, x, layout, num_groups)
+    dx, dweight, dbias = _backward_run(ctx, _recipe(ctx, sig, x, layout, num_groups), dy, x, mean, rstd, w, b, dx)
+    return (dx, None, None) if weight is None else _in_weight_dtype(weight, dx, dweight, dbias)
+
+
+def _backward_run(ctx, recipe, dy, x, mean, rstd, w, b, dx=None):
+    """(dx, dweight, dbias) of the kept backward ``recipe`` on arrays of the kernels' dtypes (dweight and
+    dbias None without ``w``)."""
+    if dx is None:
+        dx = WebGPUArray._wrap(Scratch(ctx, x.nbytes), x.shape, x.dtype, x.strides)
     arrays = {"x": x, "dy": dy, "dx": dx, "mean": mean, "rstd": rstd, "w": w, "b": b}
-    if weight is None:
+    if w is None:
         recipe.run(ctx, arrays)
         return dx, None, None
+    C = x.shape[1]
     arrays["dweight"] = dweight = WebGPUArray._wrap(Scratch(ctx, C * 4), (C,), F32, (4,))
     arrays["dbias"] = dbias = WebGPUArray._wrap(Scratch(ctx, C * 4), (C,), F32, (4,))
     recipe.run(ctx, arrays)
-    return _in_weight_dtype(weight, dx, dweight, dbias)
+    return dx, dweight, dbias
 
 
 def _in_weight_dtype(weight, dx, dweight, dbias):
