@@ -55,8 +55,35 @@ THREAD_MIN_GROUPS = 8
 THREAD_MAX_GROUP_BYTES = 24576 * 4
 
 
+def _environ_reader(key):
+    """A function returning the environment variable ``key`` (None when unset), as ``os.environ.get``
+    does: on CPython through the mapping's own dict, with the key encoded once.  os.environ.get
+    raises and catches a KeyError inside when the variable is unset (the usual case), and on every
+    GroupNorm call, right after a wait on cold caches, that was a visible part of the call's host
+    work on lavapipe (docs/reports/2026-12-03-webgpu-host-work.md)."""
+    env = os.environ
+    try:
+        data, raw, decode = env._data, env.encodekey(key), env.decodevalue
+    except AttributeError:  # not CPython's os._Environ
+        return lambda: env.get(key)
+
+    def read():
+        value = data.get(raw)
+        return None if value is None else decode(value)
+
+    return read
+
+
+_read_plan_env = _environ_reader("NUMR_WEB_WEBGPU_PLAN")
+
+
 def plan_name() -> str:
-    name = PLAN if PLAN is not None else os.environ.get("NUMR_WEB_WEBGPU_PLAN", "auto")
+    if PLAN is not None:
+        name = PLAN
+    else:
+        name = _read_plan_env()
+        if name is None or name == "auto":
+            return "auto"
     name = (name or "auto").strip().lower()
     if name not in PLANS:
         raise ValueError(f"NUMR_WEB_WEBGPU_PLAN={name!r}: expected one of {', '.join(PLANS)}")
