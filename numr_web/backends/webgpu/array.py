@@ -53,6 +53,9 @@ def _is_scalar(v):
 class WebGPUArray:
     """A device array: ``shape``, ``dtype`` (NumPy dtype), ``strides`` (bytes), ``device == "webgpu"``."""
 
+    # slots for what every array has (the launcher makes three per call); a __dict__ made when asked (kept
+    # layout and contiguity, other attributes)
+    __slots__ = ("_storage", "shape", "dtype", "strides", "__dict__", "__weakref__")
     __numr_web_array__ = True
     device = "webgpu"
     __array_ufunc__ = None  # NumPy defers to our reflected operators instead of iterating us
