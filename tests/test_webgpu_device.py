@@ -116,10 +116,18 @@ def test_a_call_is_one_submit_and_its_released_buffers_wait_for_it(wg, rng, monk
     ctx = device.context()
     counting = _Counting(ctx.transport)
     monkeypatch.setattr(ctx, "transport", counting)
-    _, mean, rstd = wg.group_norm_forward(x, w, None, 3, 1e-5, layout="nchw")
+    y, mean, rstd = wg.group_norm_forward(x, w, None, 3, 1e-5, layout="nchw")
     assert counting.submits == 1
-    wg.group_norm_backward(dy, x, mean, rstd, w, None, 3, layout="nchw")
+    first = wg.group_norm_backward(dy, x, mean, rstd, w, None, 3, layout="nchw")
     assert counting.submits == 2
+    # the same calls again, their recipes kept: no batch is opened, and each is still one submit with the
+    # same results (the backward's dx and dweight dispatches share one command buffer, in order)
+    y2, mean2, rstd2 = wg.group_norm_forward(x, w, None, 3, 1e-5, layout="nchw")
+    assert counting.submits == 3
+    again = wg.group_norm_backward(dy, x, mean2, rstd2, w, None, 3, layout="nchw")
+    assert counting.submits == 4
+    for got, want in zip((y2, mean2, rstd2, *again), (y, mean, rstd, *first)):
+        np.testing.assert_array_equal(wg.to_numpy(got), wg.to_numpy(want))
     # inside a batch, a buffer released after a recorded dispatch read it is not handed to a new
     # array (whose upload would land before that dispatch runs)
     a_host = rng.standard_normal(4096).astype(np.float32)
