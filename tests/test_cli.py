@@ -143,7 +143,8 @@ def test_end_to_end_timer_reads_back_after_every_call():
             log.append(("read", buf, offset, size))
             return bytes(size)
 
-    ctx = SimpleNamespace(transport=Transport, dev="dev")
+    # submit_recorded: what an open batch recorded is submitted before the read (as the array's read does)
+    ctx = SimpleNamespace(transport=Transport, dev="dev", submit_recorded=lambda: log.append("submit"))
     out = SimpleNamespace(device="webgpu", ctx=ctx, buffer="y-buffer", nbytes=4096)
 
     def call():
@@ -153,7 +154,7 @@ def test_end_to_end_timer_reads_back_after_every_call():
     backend = SimpleNamespace(device="webgpu", synchronize=lambda: log.append("sync"))
     times = timer_for(backend)(call, 3, 1)
     assert len(times) == 3 and all(t >= 0 for t in times)
-    assert log == ["call", ("read", "y-buffer", 0, READ_BACK_BYTES)] * 4, log
+    assert log == ["call", "submit", ("read", "y-buffer", 0, READ_BACK_BYTES)] * 4, log
     log.clear()
     timer_for(backend, "device")(call, 2, 1)
     assert log == ["call", "sync"] + (["call"] * WEBGPU_BATCH + ["sync"]) * 2, log
