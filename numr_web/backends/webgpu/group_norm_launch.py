@@ -169,18 +169,27 @@ class Recipe:
 
 
 def _signature(ctx, program, x, layout, num_groups, *args):
-    """What the launches of the call ``program(plan, ctx, key, *args)`` on ``x`` depend on."""
+    """What the launches of the call ``program(plan, ctx, key, *args)`` on ``x`` depend on:
+    ``(program, shape, dtype name, layout, G, *args, adapter kind, binding limit, switches)``
+    (``_recipe`` reads the program and its args back from it)."""
     return (program, x.shape, x.dtype.name, layout, num_groups, *args, ctx.cpu_adapter, ctx.max_binding, _switches())
+
+
+def _kept_recipe(ctx, sig):
+    """The recipe kept for the signature ``sig`` (now the most recently used), else None."""
+    recipe = ctx.recipes.get(sig)
+    if recipe is not None:
+        ctx.recipes.move_to_end(sig)
+    return recipe
 
 
 def _recipe(ctx, sig, x, layout, num_groups):
     """The kept recipe of the call signed ``sig`` (``_signature``), made on its first call (the
     least recently used beyond RECIPES_KEPT go)."""
-    recipes = ctx.recipes
-    recipe = recipes.get(sig)
+    recipe = _kept_recipe(ctx, sig)
     if recipe is not None:
-        recipes.move_to_end(sig)
         return recipe
+    recipes = ctx.recipes
     plan = GroupPlan(x, num_groups, layout, ctx.cpu_adapter)
     recipe = recipes[sig] = Recipe(ctx, sig[0](plan, ctx, ctx.dtype_key(x.dtype.name), *sig[5:-3]))
     while len(recipes) > RECIPES_KEPT:
@@ -298,11 +307,11 @@ def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation, layout):
     y = WebGPUArray._wrap(Scratch(ctx, x.nbytes), shape, x.dtype, x.strides)
     mean, rstd = _stats(ctx, N, num_groups), _stats(ctx, N, num_groups)
     arrays = {"x": x, "y": y, "mean": mean, "rstd": rstd, "w": weight, "b": bias}
-    recipe = ctx.recipes.get(sig)
-    if recipe is not None and (weight is None or weight.dtype == F32) and (bias is None or bias.dtype == F32):
-        ctx.recipes.move_to_end(sig)
-        recipe.run(ctx, arrays)  # one submit (Recipe.run)
-        return y, mean, rstd
+    if (weight is None or weight.dtype == F32) and (bias is None or bias.dtype == F32):
+        recipe = _kept_recipe(ctx, sig)
+        if recipe is not None:
+            recipe.run(ctx, arrays)  # one submit (Recipe.run)
+            return y, mean, rstd
     with ctx.batch():  # a new recipe's constant fills, the conversions and the plan's dispatches: one submit
         arrays["w"] = _f32_param(weight)
         arrays["b"] = _f32_param(bias)
@@ -326,10 +335,8 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
         and mean.is_c_contiguous
         and rstd.is_c_contiguous
     ):
-        sig = _signature(ctx, backward_program, x, layout, num_groups, silu, *_given(weight, b))
-        recipe = ctx.recipes.get(sig)
+        recipe = _kept_recipe(ctx, _signature(ctx, backward_program, x, layout, num_groups, silu, *_given(weight, b)))
         if recipe is not None:  # nothing to convert and the recipe made: its dispatches, one submit (Recipe.run)
-            ctx.recipes.move_to_end(sig)
             return _backward_run(ctx, recipe, dy, x, mean, rstd, weight, b)
     with ctx.batch():  # a new recipe's constant fills, the conversions and the plan's dispatches: one submit
         return _backward(dy, x, mean, rstd, weight, bias, num_groups, activation, layout)
