@@ -271,6 +271,47 @@ def test_kernel_blocking(harness, where):
 
 
 @pytest.mark.parametrize("where", ["page", "worker"])
+def test_prepared_dispatches(harness, where):
+    """``prepare_dispatches`` / ``submit_dispatches`` (a kept GroupNorm recipe's call): two dispatches in
+    order (z = 2 y + 1 reads the y = 2 x + 1 the first wrote), submitted again after the outputs were
+    zeroed; through the one JS function, and through the Python loop a page that cannot evaluate JS gets."""
+    res = harness.py(
+        program(
+            """
+            dev = tb.request_device({})
+            nbytes = 4 * N
+            xb, yb, zb = tb.create_buffer(dev, nbytes), tb.create_buffer(dev, nbytes), tb.create_buffer(dev, nbytes)
+            tb.write_buffer(dev, xb, 0, struct.pack(f"<{N}f", *XS))
+            pipe = tb.create_pipeline(dev, WGSL_AFFINE, "main", ["read", "read_write"])
+            groups = ((N + 63) // 64, 1, 1)
+            pairs = ((xb, yb), (yb, zb))
+            steps = [(pipe, tb.bind(dev, pipe, [(a, 0, nbytes), (b, 0, nbytes)]), groups) for a, b in pairs]
+            out = {}
+            for route in ("js", "python"):
+                if route == "python":
+                    out["js_made"] = tb._submit_js[0] is not None  # the first round went through JS
+                    tb._submit_js[:] = [None]
+                prepared = tb.prepare_dispatches(dev, steps)
+                for k in range(2):
+                    for b in (yb, zb):
+                        tb.write_buffer(dev, b, 0, bytes(nbytes))
+                    tb.submit_dispatches(dev, prepared)
+                    tb.wait(dev)
+                    out[f"{route}{k}"] = list(struct.unpack(f"<{N}f", tb.read_buffer(dev, zb, 0, nbytes)))
+            out["js_function"] = route == "python" and tb._submit_js == [None]
+            out["errors"] = list(dev.errors)
+            out
+            """
+        ),
+        where=where,
+    )
+    assert res["js_made"] and res["js_function"] and res["errors"] == []
+    expected = [f32(2.0 * y + 1.0) for y in EXPECTED_AFFINE]
+    for key in ("js0", "js1", "python0", "python1"):
+        _close(res[key], expected)
+
+
+@pytest.mark.parametrize("where", ["page", "worker"])
 def test_device_description(harness, where):
     res = harness.py(
         program(

@@ -54,6 +54,10 @@ class _Counting:
         self.submits += 1
         return self._t.dispatch_bound(*args)
 
+    def submit_dispatches(self, *args):
+        self.submits += 1
+        return self._t.submit_dispatches(*args)
+
     def write_buffer(self, *args):
         self.writes += 1
         return self._t.write_buffer(*args)

@@ -106,6 +106,7 @@ def timed_callables(x, dy, groups, layout="nchw") -> dict:
     within lavapipe's loop limit (``floor.wgsl``); ``"nhwc"``: channels-last arrays with C a
     multiple of 4, blocks of whole channel quads (``floor_nhwc.wgsl``)."""
     from numr_web.backends.webgpu import array_kernels
+    from numr_web.backends.webgpu.device import grid
     from numr_web.backends.webgpu.group_norm_launch import X8_KEYS
 
     if layout not in ("nchw", "nhwc"):
@@ -133,13 +134,20 @@ def timed_callables(x, dy, groups, layout="nchw") -> dict:
     workgroups = -(-count // FLOOR_WG)
 
     def call(entry, arrays):
+        # the least any call can do: its pipeline, parameters and bind group made once, each call one
+        # transport call that records the dispatch and submits it (as a kept GroupNorm recipe's call)
+        held = ctx.params_buffer(params)
         binds = [(a.buffer, 0, min(a.buffer.size, ctx.max_binding)) for a in arrays]
+        pipe = ctx.pipeline(kernel, entry, dtypes, consts)
+        group = ctx.bind_group(pipe, [*binds, (held.buffer, 0, held.size)])
+        prepared = ctx.transport.prepare_dispatches(ctx.dev, [(pipe, group, grid(workgroups))])
 
         def run():
-            ctx.launch(kernel, entry, dtypes, consts, binds, workgroups, params)
+            ctx.transport.submit_dispatches(ctx.dev, prepared)
             return out
 
         run.arrays = arrays  # held by the call: a freed array's buffer goes back to the pool for reuse
+        run.held = held
         return run
 
     # the forward binds x as DY too (it reads only X)

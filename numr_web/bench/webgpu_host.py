@@ -8,7 +8,8 @@ then a wait outside the timed span (so the queue never grows and no call pays fo
 GPU work).  Timed, interleaved call by call in shuffled rounds: the public op (``numr_web.ops.group_norm_forward``
 / ``group_norm_backward``: validation, layout, dispatch), the backend's call under it (the
 launcher: plan, outputs, parameters, bind groups, the recorded dispatches and their submit)
-and the floor kernels' call (``numr_web.bench.floor``: one kept launch and its submit, the
+and the floor kernels' call (``numr_web.bench.floor``: its pipeline, parameters and bind group made
+once, then one transport call, ``submit_dispatches``, that records the dispatch and submits it: the
 least any call can do; channels-last too, where ``floor.timed_callables`` takes the shape).  Printed
 per shape: medians in microseconds and op / floor, backend / floor; the machine's 1-minute load before
 and after.  ``scripts/browser-bench --host`` prints the same table from Pyodide in Chromium.

@@ -125,7 +125,8 @@ class Recipe:
             steps.append(((kernel, entry, dtypes, consts), pipe, grid(workgroups), tuple(slots)))
         self.names = tuple(names)
         self.steps = tuple(steps)
-        #: (the call arrays' buffers and binding sizes, bind groups) of the last call: a call with the
+        #: (the call arrays' buffers and binding sizes, bind groups, the transport's prepared dispatches)
+        #: of the last call: a call with the
         #: same buffers (the pool hands them back) binds nothing anew.  The buffer objects are held
         #: and compared themselves: a destroyed one never comes back from the pool, so a kept group
         #: never names a destroyed buffer
@@ -140,30 +141,36 @@ class Recipe:
             if st.ctx is not ctx or st.buffer is None:
                 a._check_alive()  # raises for an array of a lost device (ctx itself is checked by the caller's x.ctx)
             found.append((st.buffer, min(st.size, maxb)))
-        launch = ctx.launch
-        # outside a batch the call's dispatches go in one command buffer of its own, submitted at the end:
-        # no batch to open and close (on lavapipe, right after a wait, that took about 0.07 of the floor
-        # kernels' call, docs/reports/2026-12-03-webgpu-host-work.md).  Nothing is allocated (or written)
-        # before that submit, so a buffer released meanwhile cannot be handed out too early
-        enc = None if ctx._batch_depth else ctx.transport.encode(ctx.dev)
         last = self._last
         if last is not None and last[0] == found:
+            if not ctx._batch_depth:
+                # outside a batch: the kept dispatches in one command buffer of their own, recorded and
+                # submitted by one transport call (no batch to open and close: on lavapipe, right after a
+                # wait, that took about 0.07 of the floor kernels' call, and a launch() per dispatch
+                # about as much again; docs/reports/2026-12-03-webgpu-host-work.md).  Nothing is
+                # allocated or written before that submit, so no buffer is handed out too early
+                ctx.transport.submit_dispatches(ctx.dev, last[2])
+                return
+            launch = ctx.launch
             for (names, pipe, groups, _slots), group in zip(self.steps, last[1]):
-                launch(*names, None, 0, prepared=(pipe, groups, group), encoding=enc)
-        else:
-            made = []
-            for names, pipe, groups, slots in self.steps:
-                binds = []
-                for i, rng in slots:
-                    if i < 0:
-                        binds.append(rng)
-                    else:
-                        buf, whole = found[i]
-                        binds.append((buf, rng[0], rng[1]) if rng else (buf, 0, whole))
-                group = ctx.bind_group(pipe, binds)
-                made.append(group)
-                launch(*names, binds, 0, prepared=(pipe, groups, group), encoding=enc)
-            self._last = (found, made)
+                launch(*names, None, 0, prepared=(pipe, groups, group))
+            return
+        enc = None if ctx._batch_depth else ctx.transport.encode(ctx.dev)
+        launch = ctx.launch
+        made = []
+        for names, pipe, groups, slots in self.steps:
+            binds = []
+            for i, rng in slots:
+                if i < 0:
+                    binds.append(rng)
+                else:
+                    buf, whole = found[i]
+                    binds.append((buf, rng[0], rng[1]) if rng else (buf, 0, whole))
+            group = ctx.bind_group(pipe, binds)
+            made.append(group)
+            launch(*names, binds, 0, prepared=(pipe, groups, group), encoding=enc)
+        prepared = ctx.transport.prepare_dispatches(ctx.dev, [(s[1], g, s[2]) for s, g in zip(self.steps, made)])
+        self._last = (found, made, prepared)
         if enc is not None:
             ctx.transport.submit_encoded(ctx.dev, enc)
 

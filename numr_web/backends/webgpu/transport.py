@@ -82,6 +82,14 @@ class Transport(Protocol):
     def submit_encoded(self, dev: Device, encoding: Any) -> None:
         """End the pass and submit everything recorded in ``encoding``, as one command buffer."""
 
+    def prepare_dispatches(self, dev: Device, steps: list) -> Any:
+        """``steps`` (``(pipeline, bind_group, groups)`` each) made ready to be submitted again and
+        again by ``submit_dispatches``, while their pipelines and bind groups live."""
+
+    def submit_dispatches(self, dev: Device, prepared: Any) -> None:
+        """Record ``prepared``'s dispatches, in order, in one compute pass and submit them as one
+        command buffer (as ``encode``, ``encode_dispatch`` each, ``submit_encoded``)."""
+
     def dispatch(self, dev: Device, pipeline: Any, bindings: list, groups: tuple) -> None:
         """``dispatch_bound`` with a fresh bind group of ``bindings``."""
 

@@ -503,6 +503,58 @@ def submit_encoded(dev, encoding):
     dev.queue.submit(to_js([encoding.encoder.finish()]))
 
 
+# One JS function records and submits a kept recipe's dispatches: one call from Python instead of
+# three per dispatch, plus the encoder's, the pass's and the submit's
+_SUBMIT_DISPATCHES_JS = """(device, queue, steps) => {
+  const encoder = device.createCommandEncoder();
+  const pass = encoder.beginComputePass();
+  for (const [pipeline, group, x, y, z] of steps) {
+    pass.setPipeline(pipeline);
+    pass.setBindGroup(0, group);
+    pass.dispatchWorkgroups(x, y, z);
+  }
+  pass.end();
+  queue.submit([encoder.finish()]);
+}"""
+_submit_js = []  # [the JS function] once made, [None] where the page does not let it be made
+
+
+def _submit_function():
+    if not _submit_js:
+        try:
+            from pyodide.code import run_js
+
+            _submit_js.append(run_js(_SUBMIT_DISPATCHES_JS))
+        except Exception:  # a page whose content security policy forbids evaluating JS: the loop below
+            _submit_js.append(None)
+    return _submit_js[0]
+
+
+def prepare_dispatches(dev, steps):
+    """``steps`` (``(pipeline, bind_group, groups)`` each) as ``submit_dispatches`` takes them: a
+    JS array made once (and the same steps for Python, where no JS function can be made)."""
+    from pyodide.ffi import to_js
+
+    rows = [(pipe.pipeline, group, int(g[0]), int(g[1]), int(g[2])) for pipe, group, g in steps]
+    return to_js([list(r) for r in rows]), tuple(rows)
+
+
+def submit_dispatches(dev, prepared):
+    """Record ``prepare_dispatches``'s dispatches in one compute pass and submit them as one command buffer."""
+    _check(dev)
+    submit = _submit_function()
+    if submit is not None:
+        submit(dev.device, dev.queue, prepared[0])
+        return
+    encoding = Encoding(dev)
+    cp = encoding.compute
+    for pipe, group, x, y, z in prepared[1]:
+        cp.setPipeline(pipe)
+        cp.setBindGroup(0, group)
+        cp.dispatchWorkgroups(x, y, z)
+    submit_encoded(dev, encoding)
+
+
 def dispatch_bound(dev, pipeline, bind_group, groups):
     """Encode one compute dispatch with a bind group from ``bind`` and submit it."""
     encoding = encode(dev)

@@ -218,6 +218,26 @@ def submit_encoded(dev, encoding):
     dev.queue.submit([encoding.encoder.finish()])
 
 
+def prepare_dispatches(dev, steps):
+    """``steps`` (``(pipeline, bind_group, groups)`` each) made ready for ``submit_dispatches``:
+    what each of its calls would otherwise look up again."""
+    return tuple((pipe.pipeline, group, int(g[0]), int(g[1]), int(g[2])) for pipe, group, g in steps)
+
+
+def submit_dispatches(dev, prepared):
+    """Record the dispatches of ``prepare_dispatches`` in one compute pass and submit them as one
+    command buffer (a kept GroupNorm recipe's call: one loop, its methods looked up once)."""
+    encoder = dev.device.create_command_encoder()
+    cp = encoder.begin_compute_pass()
+    set_pipeline, set_bind_group, dispatch_workgroups = cp.set_pipeline, cp.set_bind_group, cp.dispatch_workgroups
+    for pipe, group, x, y, z in prepared:
+        set_pipeline(pipe)
+        set_bind_group(0, group)
+        dispatch_workgroups(x, y, z)
+    cp.end()
+    dev.queue.submit([encoder.finish()])
+
+
 def dispatch_bound(dev, pipeline, bind_group, groups):
     """Encode one compute dispatch with a bind group from ``bind`` and submit it."""
     encoding = encode(dev)
