@@ -48,6 +48,9 @@ def _is_plain_numpy_float(value) -> bool:
 #: right after a wait, when Python runs on cold caches, is what this saves: the checks took about 120 us there,
 #: 30 us in a hot loop; docs/reports/2026-12-02-explorer-switches.md)
 _accepted_kinds = set()
+#: the same as (type, id(dtype)) -> dtype (held, so its id is never reused): ``_device_call``'s glance hashes
+#: a type and an int in C, where (type, dtype) calls the DType's Python ``__hash__`` once per array
+_accepted_ids = {}
 
 
 def _array(value, name, *, optional=False):
@@ -81,6 +84,7 @@ def _array(value, name, *, optional=False):
         )
     if value is original and kind is not None and not isinstance(value, Tensor):
         _accepted_kinds.add(kind)
+        _accepted_ids[kind[0], id(kind[1])] = kind[1]
     return value
 
 
@@ -234,7 +238,7 @@ def _device_call(x, weight, bias, num_groups, eps, activation, *others):
     dozen the full checks call: right after a wait, on cold caches, each function touched costs, and the
     checks took about 40 us there against 9 us in a hot loop (lavapipe, docs/reports/2026-12-03-webgpu-host-work.md)."""
     kind = type(x)
-    if not getattr(kind, "__numr_web_array__", False) or (kind, x.dtype) not in _accepted_kinds:
+    if not getattr(kind, "__numr_web_array__", False) or (kind, id(x.dtype)) not in _accepted_ids:
         return None
     shape = x.shape
     if len(shape) < 2 or type(num_groups) is not int or num_groups <= 0 or shape[1] % num_groups:
@@ -248,11 +252,11 @@ def _device_call(x, weight, bias, num_groups, eps, activation, *others):
     channels = (shape[1],)
     for a in (weight, bias):
         if a is not None and (
-            type(a) is not kind or (kind, a.dtype) not in _accepted_kinds or a.shape != channels or a.device != device
+            type(a) is not kind or (kind, id(a.dtype)) not in _accepted_ids or a.shape != channels or a.device != device
         ):
             return None
     for a in others:
-        if type(a) is not kind or (kind, a.dtype) not in _accepted_kinds or a.device != device:
+        if type(a) is not kind or (kind, id(a.dtype)) not in _accepted_ids or a.device != device:
             return None
     be = loaded_backend(device)
     return None if be is None else (be, layout)
