@@ -47,21 +47,19 @@ def _is_plain_numpy_float(value) -> bool:
 #: the checks depend on nothing else, so a later array of that kind skips them (a WebGPU call's host work
 #: right after a wait, when Python runs on cold caches, is what this saves: the checks took about 120 us there,
 #: 30 us in a hot loop; docs/reports/2026-12-02-explorer-switches.md)
-_accepted_kinds = set()
-#: the same as (type, id(dtype)) -> dtype (held, so its id is never reused): ``_device_call``'s glance hashes
-#: a type and an int in C, where (type, dtype) calls the DType's Python ``__hash__`` once per array
+#: kept as (type, id(dtype)) -> dtype (held, so its id is never reused): a lookup hashes a type and an int in C,
+#: where (type, dtype) would call a DType's Python ``__hash__``; an equal dtype that is another object gets the
+#: full checks once and is then kept too
 _accepted_ids = {}
 
 
 def _array(value, name, *, optional=False):
     if _is_plain_numpy_float(value):
         return value
-    kind = (type(value), getattr(value, "dtype", None))
-    try:
-        if kind in _accepted_kinds:
-            return value
-    except TypeError:  # an unhashable dtype: the checks below say what it is
-        kind = None
+    dtype = getattr(value, "dtype", None)
+    if (type(value), id(dtype)) in _accepted_ids:
+        return value
+    kind = (type(value), dtype)
     original = value
     if value is None:
         if optional:
@@ -82,8 +80,7 @@ def _array(value, name, *, optional=False):
             f"{name}: expected a floating-point dtype (float16, bfloat16, float32 or float64), "
             f"got {dtype_name(value.dtype)}"
         )
-    if value is original and kind is not None and not isinstance(value, Tensor):
-        _accepted_kinds.add(kind)
+    if value is original and not isinstance(value, Tensor):
         _accepted_ids[kind[0], id(kind[1])] = kind[1]
     return value
 

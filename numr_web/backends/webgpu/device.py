@@ -97,7 +97,7 @@ class Context:
 
     # -- buffers -------------------------------------------------------------
     def alloc(self, nbytes):
-        size = (int(nbytes) + 255) // 256 * 256 or 256  # round_up(nbytes, 256), at least 256
+        size = max(round_up(nbytes, 256), 256)
         if size > self.max_buffer:
             raise ValueError(f"a {nbytes}-byte array exceeds this adapter's maxBufferSize ({self.max_buffer} bytes)")
         with self.lock:

@@ -20,6 +20,7 @@ here (``group_norm_launch.PLAN = "split"``) reaches those modules.
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 import sys
@@ -293,16 +294,9 @@ def variant_keys(ctx, dtype, layout, activation, *, shapes=None, backward=True, 
 # -- the calls ---------------------------------------------------------------------------------------
 
 
-#: eps -> eps_as_float32(eps) for the eps values calls have used (a few): a dict lookup instead of struct's
-#: pack and unpack, which right after a wait took about 0.06 of the floor kernels' call on lavapipe
-_EPS32 = {}
-
-
-def _eps32(eps):
-    if len(_EPS32) >= 64:
-        _EPS32.clear()
-    value = _EPS32[eps] = eps_as_float32(eps)
-    return value
+#: eps_as_float32 for the eps values calls have used (a few): a cache lookup instead of struct's pack and unpack,
+#: which right after a wait took about 0.06 of the floor kernels' call on lavapipe
+_eps32 = functools.lru_cache(maxsize=64)(eps_as_float32)
 
 
 def _stats(ctx, n, g):
@@ -312,8 +306,7 @@ def _stats(ctx, n, g):
 
 def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation, layout):
     ctx = x.ctx
-    eps32 = _EPS32.get(eps)  # inf beyond float32's range (rstd = 0), as on the CPU's float32 path
-    eps = _eps32(eps) if eps32 is None else eps32
+    eps = _eps32(eps)  # inf beyond float32's range (rstd = 0), as on the CPU's float32 path
     shape = x.shape
     N, C = shape[0], shape[1]
     if N * num_groups == 0 or C // num_groups * math.prod(shape[2:]) == 0:
