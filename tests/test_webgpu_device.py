@@ -78,11 +78,9 @@ def test_a_repeated_call_makes_no_bind_group_and_writes_no_parameters(wg, rng, m
     ctx = device.context()
     counting = _Counting(ctx.transport)
     monkeypatch.setattr(ctx, "transport", counting)
-    # the pool hands the same-size outputs back in a few orders: each order's bind groups are made once
-    for i in range(15):
-        if i == 10:
-            assert counting.writes == 0 and 0 < counting.binds <= 100
-            counting.binds = 0
+    # each recipe hands its dropped outputs' buffers back (Recipe.outputs): the first call's bind groups serve
+    # every later one (before the recipes held them, the pool gave them back in a few orders, each bound once)
+    for _ in range(15):
         again = _forward_backward(wg, x, dy, w, b)
         for a, b_ in zip(first, again):
             np.testing.assert_array_equal(a, b_)

@@ -51,20 +51,22 @@ def test_a_repeated_call_plans_nothing_and_allocates_only_its_outputs(wg, rng, m
 
     ctx = device.context()
     _, _, _, (x, dy, w) = _arrays(wg, rng, shape, layout)
+    live = []  # every output kept alive: no call finds its last outputs free (Recipe.outputs)
     for _ in range(2):  # the first call of a signature makes its recipe
-        _, mean, rstd = wg.group_norm_forward(x, w, None, G, 1e-5, "silu", layout=layout)
-        wg.group_norm_backward(dy, x, mean, rstd, w, None, G, "silu", layout=layout)
-        wg.group_norm_backward(dy, x, mean, rstd, None, None, G, layout=layout)
+        live += wg.group_norm_forward(x, w, None, G, 1e-5, "silu", layout=layout)
+        mean, rstd = live[-2:]
+        live += wg.group_norm_backward(dy, x, mean, rstd, w, None, G, "silu", layout=layout)
+        live += wg.group_norm_backward(dy, x, mean, rstd, None, None, G, layout=layout)
     planned = []
     monkeypatch.setattr(group_norm_planner, "choose", lambda *a, **k: planned.append(a))
     allocs = _Allocs(ctx, monkeypatch)
-    wg.group_norm_forward(x, w, None, G, 1e-5, "silu", layout=layout)
+    live += wg.group_norm_forward(x, w, None, G, 1e-5, "silu", layout=layout)
     assert allocs.count == 3  # y, mean, rstd: the statistics workspace and the zeros for the bias are kept
     allocs.count = 0
-    wg.group_norm_backward(dy, x, mean, rstd, w, None, G, "silu", layout=layout)
+    live += wg.group_norm_backward(dy, x, mean, rstd, w, None, G, "silu", layout=layout)
     assert allocs.count == 3  # dx, dweight, dbias: the workspace is kept
     allocs.count = 0
-    wg.group_norm_backward(dy, x, mean, rstd, None, None, G, layout=layout)
+    live += wg.group_norm_backward(dy, x, mean, rstd, None, None, G, layout=layout)
     assert allocs.count == 1  # dx
     assert planned == []
 
@@ -89,12 +91,55 @@ def test_kept_recipes_give_the_first_calls_bits(wg, rng, shape, G, layout):  # n
         wg.group_norm_forward(ox, ow, None, g, 1e-5, layout=lay)
 
 
+def test_a_dropped_output_is_handed_out_again_and_a_live_one_never(wg, rng, monkeypatch):  # noqa: F811
+    """A kept recipe holds its last outputs' buffers (Recipe.outputs): a call whose last outputs were dropped
+    allocates nothing and reuses them; an output still alive, or alive through a view of its buffer, is never
+    written by a later call; the held bytes go back when the recipes go."""
+    from numr_web.backends.webgpu import device
+
+    ctx = device.context()
+    G = 8
+    x, _, w, (xd, _, wd) = _arrays(wg, rng, (2, 64, 8, 8), "nchw")
+    x2 = (x * 3 + 1).astype(np.float32)
+    x2d = wg.from_numpy(x2)
+    for _ in range(2):  # the recipe made, its outputs held, then dropped
+        wg.group_norm_forward(xd, wd, wd, G, 1e-5, layout="nchw")
+    allocs = _Allocs(ctx, monkeypatch)
+    y, mean, rstd = wg.group_norm_forward(xd, wd, wd, G, 1e-5, layout="nchw")
+    assert allocs.count == 0
+    bufs = [a._storage.buffer for a in (y, mean, rstd)]
+    kept = [wg.to_numpy(a) for a in (y, mean, rstd)]
+    view = y.reshape(-1)  # shares y's buffer
+    del y, rstd  # mean kept as it is, y through its view; rstd's buffer free
+    y2, mean2, rstd2 = wg.group_norm_forward(x2d, wd, wd, G, 1e-5, layout="nchw")
+    assert allocs.count == 2  # new buffers for y and mean, rstd's again
+    assert y2._storage.buffer is not bufs[0] and mean2._storage.buffer is not bufs[1]
+    assert rstd2._storage.buffer is bufs[2]
+    assert wg.to_numpy(view).tobytes() == kept[0].tobytes()
+    assert wg.to_numpy(mean).tobytes() == kept[1].tobytes()
+    claims.check(
+        "webgpu", claims.named([wg.to_numpy(a) for a in (y2, mean2, rstd2)]), claims.reference(x2, G, w, w), x2
+    )
+    claims.check("webgpu", claims.named(kept), claims.reference(x, G, w, w), x)
+    assert ctx.held_output_bytes[0] > 0
+    del view, mean, y2, mean2, rstd2
+    ctx.recipes.clear()
+    gc.collect()
+    assert ctx.held_output_bytes[0] == 0
+    monkeypatch.setattr(device, "HELD_OUTPUT_BYTES", 0)  # none held: every call allocates its outputs
+    for _ in range(3):
+        allocs.count = 0
+        wg.group_norm_forward(xd, wd, wd, G, 1e-5, layout="nchw")
+    assert allocs.count == 3 and ctx.held_output_bytes[0] == 0
+
+
 def test_no_kept_bind_group_outlives_its_buffers(wg, rng, monkeypatch):  # noqa: F811
     """With no idle pool every released buffer is destroyed: a recipe must not dispatch with the
     bind groups of its last call's (destroyed) outputs; results stay right."""
     from numr_web.backends.webgpu import device
 
     monkeypatch.setattr(device, "_POOL_IDLE_BYTES", 0)
+    monkeypatch.setattr(device, "HELD_OUTPUT_BYTES", 0)  # no idle buffer kept anywhere, recipes included
     ctx = device.context()
     destroyed = []
     inner = ctx.transport.destroy_buffer

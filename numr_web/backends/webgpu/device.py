@@ -44,6 +44,9 @@ ALIGN = 16  # every buffer is padded to whole 16-byte units (kernels write whole
 OFFSET_ALIGN = 256  # WebGPU's default minStorageBufferOffsetAlignment
 MAX_DISPATCH = 65535  # workgroups per grid dimension
 _POOL_IDLE_BYTES = 768 << 20
+#: output buffers the kept GroupNorm recipes may hold for their next call, all recipes of a device together
+#: (group_norm_launch.Recipe.outputs: a buffer its caller dropped is reused without a trip through the pool)
+HELD_OUTPUT_BYTES = 256 << 20
 #: bind groups kept for reuse (a call's host work is mostly creating them: a repeated call finds its own)
 _BIND_GROUPS_KEPT = 512
 #: launch parameter blocks kept, each in its own never-rewritten buffer (a repeated call writes none)
@@ -87,6 +90,9 @@ class Context:
         self._params = OrderedDict()  # params bytes -> Scratch holding them
         #: kept launch recipes (group_norm_launch.Recipe) by call signature, least recent first
         self.recipes = OrderedDict()
+        #: [bytes] of output buffers the kept recipes hold (a list: a recipe's finalizer lowers it without
+        #: holding the context)
+        self.held_output_bytes = [0]
         self._batch_depth = 0  # inside batch(): dispatches are recorded, and submitted on leaving it
         self._encoding = None
         self._deferred = []  # buffers released inside batch(): pooled after the submit

@@ -25,9 +25,12 @@ import math
 import struct
 import sys
 import types
+import weakref
+from sys import getrefcount
 
 from numr_web.backends.webgpu import (
     array_kernels,
+    device,
     group_norm_fused,
     group_norm_planner,
     group_norm_split,
@@ -91,12 +94,16 @@ def _switches():
     )
 
 
+def _unhold(held, nbytes):
+    held[0] -= nbytes
+
+
 class Recipe:
     """A Program made ready for one device: each launch's pipeline, kept parameter buffer and
     bindings, those of the call's arrays left as names; the scratch and constant arrays made
     (and filled) once.  ``run(ctx, arrays)`` records the launches for one call."""
 
-    __slots__ = ("names", "steps", "held", "_last", "__weakref__")
+    __slots__ = ("names", "steps", "held", "_last", "out_specs", "_outs", "__weakref__")
 
     def __init__(self, ctx, prog: Program):
         maxb = ctx.max_binding
@@ -132,6 +139,43 @@ class Recipe:
         #: and compared themselves: a destroyed one never comes back from the pool, so a kept group
         #: never names a destroyed buffer
         self._last = None
+        #: the call's outputs, ``(nbytes, shape, dtype, strides)`` each (set by the caller on the first call)
+        self.out_specs = None
+        #: [a sentinel, the buffers of the last call's outputs...] (``outputs``), or None
+        self._outs = None
+
+    def outputs(self, ctx):
+        """New arrays for a call's outputs (``out_specs``).  The recipe holds its last outputs' buffers
+        (``Scratch``) while the device's budget (``HELD_OUTPUT_BYTES``) allows: a buffer that nothing else
+        refers to any more (its arrays were dropped) is handed out again as it is, one still in use is
+        replaced by a new one from the pool.  A reused buffer skips the pool's allocation, its weak
+        reference and the release when its arrays die: on lavapipe right after a wait, about half of what
+        a kept call's Python cost beyond the floor kernels' call (docs/reports/2026-12-04-held-outputs.md).
+        Whether a buffer is free is read from its reference count against a sentinel's held the same way
+        (a plain object that only the list refers to), so no interpreter's counting is assumed."""
+        outs = self._outs
+        if outs is None:
+            made = [Scratch(ctx, n) for n, _, _, _ in self.out_specs]
+            self._hold(ctx, made)
+        else:
+            counts = [getrefcount(o) for o in outs]
+            free = counts[0]
+            made = []
+            for i in range(1, len(outs)):
+                o = outs[i]
+                if counts[i] != free:  # its arrays (or an array sharing its buffer) still live
+                    o = outs[i] = Scratch(ctx, self.out_specs[i - 1][0])
+                made.append(o)
+        wrap = WebGPUArray._wrap
+        return [wrap(o, shape, dt, st) for o, (_, shape, dt, st) in zip(made, self.out_specs)]
+
+    def _hold(self, ctx, made):
+        held = ctx.held_output_bytes
+        nbytes = sum(o.size for o in made)
+        if held[0] + nbytes <= device.HELD_OUTPUT_BYTES:
+            held[0] += nbytes
+            self._outs = [object(), *made]
+            weakref.finalize(self, _unhold, held, nbytes)
 
     def run(self, ctx, arrays):
         maxb = ctx.max_binding
@@ -317,18 +361,20 @@ def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation, layout):
         mean, rstd = (array_kernels.full(ctx, (N, num_groups), F32, math.nan) for _ in range(2))
         return y, mean, rstd
     sig = _signature(ctx, forward_program, x, layout, num_groups, eps, activation == "silu", *_given(weight, bias))
-    y = WebGPUArray._wrap(Scratch(ctx, x.nbytes), shape, x.dtype, x.strides)
-    mean, rstd = _stats(ctx, N, num_groups), _stats(ctx, N, num_groups)
-    arrays = {"x": x, "y": y, "mean": mean, "rstd": rstd, "w": weight, "b": bias}
     if (weight is None or weight.dtype is F32) and (bias is None or bias.dtype is F32):  # identity: as backward
         recipe = _kept_recipe(ctx, sig)
         if recipe is not None:
-            recipe.run(ctx, arrays)  # one submit (Recipe.run)
+            y, mean, rstd = recipe.outputs(ctx)
+            recipe.run(ctx, {"x": x, "y": y, "mean": mean, "rstd": rstd, "w": weight, "b": bias})  # one submit
             return y, mean, rstd
     with ctx.batch():  # a new recipe's constant fills, the conversions and the plan's dispatches: one submit
-        arrays["w"] = _f32_param(weight)
-        arrays["b"] = _f32_param(bias)
-        _recipe(ctx, sig, x, layout, num_groups).run(ctx, arrays)
+        recipe = _recipe(ctx, sig, x, layout, num_groups)
+        if recipe.out_specs is None:
+            stats = (N * num_groups * 4, (N, num_groups), F32, (num_groups * 4, 4))
+            recipe.out_specs = ((x.nbytes, shape, x.dtype, x.strides), stats, stats)
+        y, mean, rstd = recipe.outputs(ctx)
+        arrays = {"x": x, "y": y, "mean": mean, "rstd": rstd, "w": _f32_param(weight), "b": _f32_param(bias)}
+        recipe.run(ctx, arrays)
     return y, mean, rstd
 
 
@@ -370,11 +416,11 @@ def _backward(dy, x, mean, rstd, weight, bias, num_groups, activation, layout):
         mean = array_kernels.convert(mean, F32, c_order=True)
     if not rstd.is_c_contiguous:
         rstd = array_kernels.convert(rstd, F32, c_order=True)
-    dx = WebGPUArray._wrap(Scratch(ctx, x.nbytes), shape, x.dtype, x.strides)
     w = _f32_param(weight)
     silu = activation == "silu"
     b = _f32_param(bias) if silu else None
     if N * num_groups == 0 or C // num_groups * math.prod(shape[2:]) == 0:
+        dx = array_kernels.empty_like(x)
         if weight is None:
             return dx, None, None
         dweight = array_kernels.empty(ctx, (C,), F32)
@@ -384,22 +430,35 @@ def _backward(dy, x, mean, rstd, weight, bias, num_groups, activation, layout):
             dbias = array_kernels.full(ctx, (C,), F32, 0.0)
         return _in_weight_dtype(weight, dx, dweight, dbias)
     sig = _signature(ctx, backward_program, x, layout, num_groups, silu, *_given(w, b))
-    dx, dweight, dbias = _backward_run(ctx, _recipe(ctx, sig, x, layout, num_groups), dy, x, mean, rstd, w, b, dx)
+    recipe = _recipe(ctx, sig, x, layout, num_groups)
+    if recipe.out_specs is None:
+        specs = [(x.nbytes, shape, x.dtype, x.strides)]
+        if w is not None:
+            specs += [(C * 4, (C,), F32, (4,))] * 2  # dweight, dbias
+        recipe.out_specs = tuple(specs)
+    dx, dweight, dbias = _backward_run(ctx, recipe, dy, x, mean, rstd, w, b)
     return (dx, None, None) if weight is None else _in_weight_dtype(weight, dx, dweight, dbias)
 
 
-def _backward_run(ctx, recipe, dy, x, mean, rstd, w, b, dx=None):
+def _backward_run(ctx, recipe, dy, x, mean, rstd, w, b):
     """(dx, dweight, dbias) of the kept backward ``recipe`` on arrays of the kernels' dtypes (dweight and
     dbias None without ``w``)."""
-    if dx is None:
-        dx = WebGPUArray._wrap(Scratch(ctx, x.nbytes), x.shape, x.dtype, x.strides)
-    arrays = {"x": x, "dy": dy, "dx": dx, "mean": mean, "rstd": rstd, "w": w, "b": b}
     if w is None:
-        recipe.run(ctx, arrays)
+        (dx,) = recipe.outputs(ctx)
+        recipe.run(ctx, {"x": x, "dy": dy, "dx": dx, "mean": mean, "rstd": rstd, "w": w, "b": b})
         return dx, None, None
-    C = x.shape[1]
-    arrays["dweight"] = dweight = WebGPUArray._wrap(Scratch(ctx, C * 4), (C,), F32, (4,))
-    arrays["dbias"] = dbias = WebGPUArray._wrap(Scratch(ctx, C * 4), (C,), F32, (4,))
+    dx, dweight, dbias = recipe.outputs(ctx)
+    arrays = {
+        "x": x,
+        "dy": dy,
+        "dx": dx,
+        "mean": mean,
+        "rstd": rstd,
+        "w": w,
+        "b": b,
+        "dweight": dweight,
+        "dbias": dbias,
+    }
     recipe.run(ctx, arrays)
     return dx, dweight, dbias
 
