@@ -13,7 +13,8 @@ import numbers
 
 from numr_web.autograd.function import Function, is_grad_enabled
 from numr_web.autograd.tensor import Tensor, not_an_array, plain_array, readable_array
-from numr_web.backends import backend_for, device_of, is_array, is_numr_web_array, loaded_backend
+from numr_web.backends import _loaded as _loaded_backends
+from numr_web.backends import backend_for, device_of, is_array, is_numr_web_array
 from numr_web.dtypes import dtype_name, is_supported_dtype
 from numr_web.errors import DeviceMismatch, ShapeMismatch
 from numr_web.host import is_numpy_scalar, loaded_numpy, require_numpy
@@ -242,7 +243,7 @@ def _device_call(x, weight, bias, num_groups, eps, activation, *others):
         return None
     if type(eps) is not float or not 0.0 <= eps < math.inf or activation not in (None, "silu"):
         return None
-    layout = _kept_layout(x)
+    layout = x.__dict__.get("_layout") or _kept_layout(x)  # kept on the array after its first call
     if layout == "other":
         return None
     device = x.device
@@ -255,7 +256,7 @@ def _device_call(x, weight, bias, num_groups, eps, activation, *others):
     for a in others:
         if type(a) is not kind or (kind, id(a.dtype)) not in _accepted_ids or a.device != device:
             return None
-    be = loaded_backend(device)
+    be = _loaded_backends.get(device)  # loaded_backend(device), without its call
     return None if be is None else (be, layout)
 
 

@@ -85,13 +85,18 @@ def _f32_param(v):
 
 def _switches():
     """What a call's launches depend on beyond its arguments: the plan and the test switches."""
+    planner = group_norm_planner
     return (
-        plan_name(),
+        # the usual case without plan_name's call: no plan assigned or asked for in the environment
+        "auto" if planner.PLAN is None and planner._read_plan_env() is None else plan_name(),
         shared.SPLIT_PIECE_STEPS,
         shared.INLINE_REDO_STEPS,
         shared.USE_X8,
         group_norm_split_nhwc.NHWC_KQ,
     )
+
+
+_new_array = WebGPUArray.__new__
 
 
 def _unhold(held, nbytes):
@@ -166,8 +171,12 @@ class Recipe:
                 if counts[i] != free:  # its arrays (or an array sharing its buffer) still live
                     o = outs[i] = Scratch(ctx, self.out_specs[i - 1][0])
                 made.append(o)
-        wrap = WebGPUArray._wrap
-        return [wrap(o, shape, dt, st) for o, (_, shape, dt, st) in zip(made, self.out_specs)]
+        arrays = []
+        for o, (_, shape, dt, st) in zip(made, self.out_specs):  # WebGPUArray._wrap's work, without its calls
+            a = _new_array(WebGPUArray)
+            a._storage, a.shape, a.dtype, a.strides = o, shape, dt, st
+            arrays.append(a)
+        return arrays
 
     def _hold(self, ctx, made):
         held = ctx.held_output_bytes
@@ -348,8 +357,17 @@ def _stats(ctx, n, g):
     return WebGPUArray._wrap(Scratch(ctx, n * g * 4), (n, g), F32, (g * 4, 4))
 
 
+def _ctx_of(x):
+    """``x.ctx`` without its property's calls: the array's device, checked alive."""
+    st = x._storage
+    ctx = st.ctx
+    if ctx.dev.lost or st.buffer is None:
+        x._check_alive()  # raises, naming the lost device
+    return ctx
+
+
 def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation, layout):
-    ctx = x.ctx
+    ctx = _ctx_of(x)
     eps = _eps32(eps)  # inf beyond float32's range (rstd = 0), as on the CPU's float32 path
     shape = x.shape
     N, C = shape[0], shape[1]
@@ -360,10 +378,27 @@ def forward(x: WebGPUArray, weight, bias, num_groups, eps, activation, layout):
         # empty groups have no statistics (as on every backend)
         mean, rstd = (array_kernels.full(ctx, (N, num_groups), F32, math.nan) for _ in range(2))
         return y, mean, rstd
-    sig = _signature(ctx, forward_program, x, layout, num_groups, eps, activation == "silu", *_given(weight, bias))
+    # _signature(ctx, forward_program, x, layout, num_groups, eps, silu, has_w, has_b), written out: a kept call
+    # runs this on every call, and each Python call it saves counts right after a wait
+    sig = (
+        forward_program,
+        shape,
+        x.dtype.name,
+        layout,
+        num_groups,
+        eps,
+        activation == "silu",
+        weight is not None,
+        bias is not None,
+        ctx.cpu_adapter,
+        ctx.max_binding,
+        _switches(),
+    )
     if (weight is None or weight.dtype is F32) and (bias is None or bias.dtype is F32):  # identity: as backward
-        recipe = _kept_recipe(ctx, sig)
+        recipes = ctx.recipes
+        recipe = recipes.get(sig)  # _kept_recipe's work, written out
         if recipe is not None:
+            recipes.move_to_end(sig)
             y, mean, rstd = recipe.outputs(ctx)
             recipe.run(ctx, {"x": x, "y": y, "mean": mean, "rstd": rstd, "w": weight, "b": bias})  # one submit
             return y, mean, rstd
@@ -383,7 +418,7 @@ def _given(weight, bias):
 
 
 def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_groups, activation, layout):
-    ctx = x.ctx
+    ctx = _ctx_of(x)
     silu = activation == "silu"
     b = bias if silu else None
     if (
@@ -394,11 +429,26 @@ def backward(dy: WebGPUArray, x: WebGPUArray, mean, rstd, weight, bias, num_grou
         and rstd.dtype is F32
         and (weight is None or weight.dtype is F32)
         and (b is None or b.dtype is F32)
-        and mean.is_c_contiguous
-        and rstd.is_c_contiguous
+        # C-ordered (N, G) statistics as the forward makes them (other strides: the general path's copy)
+        and mean.strides == rstd.strides == (num_groups * 4, 4)
     ):
-        recipe = _kept_recipe(ctx, _signature(ctx, backward_program, x, layout, num_groups, silu, *_given(weight, b)))
-        if recipe is not None:  # nothing to convert and the recipe made: its dispatches, one submit (Recipe.run)
+        sig = (
+            backward_program,
+            x.shape,
+            x.dtype.name,
+            layout,
+            num_groups,
+            silu,
+            weight is not None,
+            b is not None,
+            ctx.cpu_adapter,
+            ctx.max_binding,
+            _switches(),
+        )  # _signature(ctx, backward_program, x, layout, num_groups, silu, has_w, has_b), written out as forward's
+        recipes = ctx.recipes
+        recipe = recipes.get(sig)
+        if recipe is not None:
+            recipes.move_to_end(sig)  # nothing to convert and the recipe made: its dispatches, one submit (Recipe.run)
             return _backward_run(ctx, recipe, dy, x, mean, rstd, weight, b)
     with ctx.batch():  # a new recipe's constant fills, the conversions and the plan's dispatches: one submit
         return _backward(dy, x, mean, rstd, weight, bias, num_groups, activation, layout)
