@@ -62,3 +62,34 @@ def test_host_time_prints_the_op_the_backend_and_the_floor(wg):  # noqa: F811
     assert all(float(c) > 0 for c in bare[1:5]) and set(bare[5:]) == {"-"}, bare
     bad = _run("-m", "numr_web.bench.webgpu_host", "--calls", "0")
     assert bad.returncode == 2 and "--calls" in bad.stderr
+
+
+def test_host_time_summarizes_saved_runs(tmp_path):
+    """--summarize: per table heading and shape, the median of the runs' cells and their range; '-' cells
+    (no floor for the shape) stay out; a missing file is a usage error naming --summarize."""
+    head = "| shape | " + " | ".join(["a"] * 10) + " |\n|" + "---|" * 11 + "\n"
+    runs = []
+    for k, (ratio, us) in enumerate([(1.2, 300), (1.6, 310), (1.4, 280)]):
+        text = f"adapter: lavapipe; nchw, float32; host time ...\n{head}"
+        text += f"| 2x8x4x4 G2 | {us} | 1 | {us + 10} | 1 | 200 | 210 | {ratio} | 1 | {ratio + 0.1:.2f} | 1 |\n"
+        text += "| 1x30x5x5 G3 | 50 | 40 | 60 | 50 | - | - | - | - | - | - |\n"
+        text += f"\nnhwc, float32\n{head}| 2x8x4x4 G2 | 9 | 9 | 9 | 9 | 9 | 9 | {k} | 9 | 9 | 9 |\n"
+        path = tmp_path / f"run{k}.txt"
+        path.write_text(text)
+        runs.append(path)
+    done = _run("-m", "numr_web.bench.webgpu_host", "--summarize", *runs)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("nchw, float32 (3 runs") and any(
+        line.startswith("nhwc, float32 (3 runs") for line in lines
+    )
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("| 2x8x4x4")]
+    first, nhwc = rows
+    # columns: op fwd, floor fwd, op/floor fwd, op bwd, floor bwd, op/floor bwd, ...
+    assert first[1] == "300 (280-310)" and first[3] == "1.40 (1.20-1.60)" and first[6] == "1.50 (1.30-1.70)"
+    assert first[2] == "200 (200-200)"
+    assert nhwc[3] == "1.00 (0.00-2.00)"
+    (bare,) = [line for line in lines if line.startswith("| 1x30x5x5")]
+    assert "| - |" in bare and "50 (50-50)" in bare
+    bad = _run("-m", "numr_web.bench.webgpu_host", "--summarize", tmp_path / "missing.txt")
+    assert bad.returncode == 2 and "--summarize" in bad.stderr

@@ -2,6 +2,7 @@
 
     python -m numr_web.bench.webgpu_host [--shapes "N,C,H,W,G;..."] [--layout nchw|nhwc]
                                          [--dtype float32] [--calls 200]
+    python -m numr_web.bench.webgpu_host --summarize FILE [FILE ...]
 
 What a call costs the host before the GPU does anything: ``perf_counter`` around the call alone,
 then a wait outside the timed span (so the queue never grows and no call pays for another's
@@ -130,6 +131,44 @@ def row(shape, groups, m) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def summarize(texts) -> str:
+    """Markdown tables of op / floor per shape over several runs' printed tables (this command's output, or
+    ``scripts/browser-bench --host``'s): the median of the runs' medians and their range, per table
+    heading (adapter line or layout line) in order of first appearance."""
+    runs = {}  # heading -> shape -> column -> [values]
+    for text in texts:
+        heading = None
+        for line in text.splitlines():
+            if line.startswith("adapter:"):
+                heading = line.split(";")[1].strip() if ";" in line else line
+            elif line.startswith(("nchw,", "nhwc,")):
+                heading = line.strip()
+            elif line.startswith("| ") and not line.startswith("| shape") and heading is not None:
+                cells = [c.strip() for c in line.strip("| \n").split("|")]
+                table = runs.setdefault(heading, {}).setdefault(cells[0], {})
+                for name, cell in zip(HEAD[1:], cells[1:]):
+                    if cell != "-":
+                        table.setdefault(name, []).append(float(cell))
+    cols = ["op fwd", "floor fwd", "op/floor fwd", "op bwd", "floor bwd", "op/floor bwd", "backend/floor fwd"]
+    cols.append("backend/floor bwd")
+    out = []
+    for heading, shapes in runs.items():
+        n = max(len(v) for cols_ in shapes.values() for v in cols_.values())
+        out += [f"{heading} ({n} runs: median of the runs' medians, range)", ""]
+        out += ["| shape | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+        for shape, table in shapes.items():
+            cells = []
+            for c in cols:
+                v = table.get(c)
+                digits = 2 if "/" in c else 0
+                cells.append(
+                    "-" if not v else f"{statistics.median(v):.{digits}f} ({min(v):.{digits}f}-{max(v):.{digits}f})"
+                )
+            out.append(f"| {shape} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
 def main(argv=None):
     from numr_web.bench.runner import parse_shapes
 
@@ -138,7 +177,23 @@ def main(argv=None):
     ap.add_argument("--layout", choices=("nchw", "nhwc"), default="nchw")
     ap.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
     ap.add_argument("--calls", type=int, default=200, help="timed calls of each callable per shape (default 200)")
+    ap.add_argument(
+        "--summarize",
+        nargs="+",
+        metavar="FILE",
+        help="instead, summarize saved outputs of this command or of scripts/browser-bench --host: op / floor "
+        "per shape, the median of the runs' medians and their range",
+    )
     args = ap.parse_args(argv)
+    if args.summarize:
+        import pathlib
+
+        try:
+            texts = [pathlib.Path(f).read_text() for f in args.summarize]
+        except OSError as exc:
+            ap.error(f"--summarize: {exc}")
+        print(summarize(texts))
+        return
     if args.calls < 1:
         ap.error("--calls: expected a positive integer")
     try:
