@@ -210,3 +210,47 @@ def test_switches_assigned_on_the_launcher_reach_their_modules(wg, rng, monkeypa
             "thread": "group_norm_thread.wgsl",
         }
         assert seen and set(seen) == {want[plan]}, (plan, seen)
+
+
+def test_threads_never_share_an_output_buffer(wg, rng, monkeypatch):  # noqa: F811
+    """Kept calls from several threads at once, each thread giving way to the others in the middle of finding
+    which held buffers are free (Recipe.outputs): every live output has a buffer of its own, and each thread's
+    results are right."""
+    import sys
+    import threading
+    import time
+
+    from numr_web.backends.webgpu import group_norm_launch
+
+    def yielding_count(o):
+        time.sleep(0)  # lets another thread run here, as a thread switch at the worst moment would
+        return sys.getrefcount(o)  # the sentinel is counted the same way, so the comparison holds
+
+    monkeypatch.setattr(group_norm_launch, "getrefcount", yielding_count)
+    G = 8
+    x, _, w, (xd, _, wd) = _arrays(wg, rng, (2, 64, 8, 8), "nchw")
+    wg.group_norm_forward(xd, wd, wd, G, 1e-5, layout="nchw")  # the recipe made
+    before = sys.getswitchinterval()
+    kept = [[] for _ in range(4)]
+
+    def calls(out):
+        for k in range(60):
+            y, mean, rstd = wg.group_norm_forward(xd, wd, wd, G, 1e-5, layout="nchw")
+            if k % 2:  # every other call's outputs kept, the others dropped (their buffers free again)
+                out.append((y, mean, rstd))
+
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=calls, args=(out,)) for out in kept]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(before)
+    live = [a for out in kept for trio in out for a in trio]
+    assert len(live) == 4 * 30 * 3
+    assert len({id(a._storage.buffer) for a in live}) == len(live)
+    ref = claims.reference(x, G, w, w)
+    for y, mean, rstd in (trio for out in kept for trio in out[::10]):
+        claims.check("webgpu", claims.named([wg.to_numpy(a) for a in (y, mean, rstd)]), ref, x)

@@ -163,14 +163,15 @@ class Recipe:
             made = [Scratch(ctx, n) for n, _, _, _ in self.out_specs]
             self._hold(ctx, made)
         else:
-            counts = [getrefcount(o) for o in outs]
-            free = counts[0]
-            made = []
-            for i in range(1, len(outs)):
-                o = outs[i]
-                if counts[i] != free:  # its arrays (or an array sharing its buffer) still live
-                    o = outs[i] = Scratch(ctx, self.out_specs[i - 1][0])
-                made.append(o)
+            with ctx.lock:  # two threads never take one free buffer both: each holds what it took (made) on leaving
+                counts = [getrefcount(o) for o in outs]
+                free = counts[0]
+                made = []
+                for i in range(1, len(outs)):
+                    o = outs[i]
+                    if counts[i] != free:  # its arrays (or an array sharing its buffer) still live
+                        o = outs[i] = Scratch(ctx, self.out_specs[i - 1][0])
+                    made.append(o)
         arrays = []
         for o, (_, shape, dt, st) in zip(made, self.out_specs):  # WebGPUArray._wrap's work, without its calls
             a = _new_array(WebGPUArray)
