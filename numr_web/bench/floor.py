@@ -19,7 +19,8 @@ their output.
 Channels-last (``layout="nhwc"``, ``floor_nhwc.wgsl``): a group is a strided slab (cpg adjacent
 channels of every position); one invocation walks a window of whole groups and whole channel
 quads of one sample (at least 16 channels where C allows) down its rows twice: per-channel plain
-sums, folded into the groups, then the output.
+sums, folded into the groups, then the output; 16-bit storage 8 elements a load where C % 8 == 0 (as
+the channels-last split plan loads it).
 """
 
 from __future__ import annotations
@@ -116,8 +117,12 @@ def timed_callables(x, dy, groups, layout="nchw") -> dict:
         windows, q, m = _check_nhwc(x, dy, groups)
         n, c = x.shape[:2]
         hw = x.size // max(n * c, 1)
-        kernel, consts = "floor_nhwc.wgsl", {"WG": FLOOR_WG, "Q": q}
         key = x.ctx.dtype_key(x.dtype.name)
+        # 16-bit: quads loaded in pairs (8 elements, 16 bytes) where every row starts on a whole unit, as the
+        # channels-last split plan loads them (C % 8 == 0); 4 a load made the floor slower than the op there
+        u8 = key in X8_KEYS and q % 2 == 0 and c % 8 == 0
+        key = X8_KEYS[key] if u8 else key
+        kernel, consts = "floor_nhwc.wgsl", {"WG": FLOOR_WG, "Q": q, "U8": u8}
         params = struct.pack("<5If12x", windows, hw, c // 4, c // (4 * q), c // groups, 1.0 / m)
         count = windows
     else:

@@ -8,8 +8,10 @@
 //   floor_forward:  sum x and sum x*x per group, then OUT = x * a + b
 //   floor_backward: sum dy and sum dy*x per group, then OUT = dy * 0.5 + x * b + c
 // Plain running sums, no shift, no redo, no per-channel weight, no statistics stored: GroupNorm's
-// memory traffic and its least arithmetic, with the storage conversions of the dtype (4 elements a
-// load).  Requires C % 4 == 0 (whole quads per row), as the channels-last split plan does.
+// memory traffic and its least arithmetic, with the storage conversions of the dtype: 4 elements a
+// load, or 8 (U8: 16-bit storage in 16-byte units, quads loaded in pairs, as the channels-last split
+// plan loads them where C % 8 == 0; then Q is even and every row starts on a whole unit).  Requires
+// C % 4 == 0 (whole quads per row), as the channels-last split plan does.
 struct FloorNhwc { windows: u32, hw: u32, c4: u32, per_sample: u32, cpg: u32, inv_m: f32, _p0: u32, _p1: u32 }
 @group(0) @binding(0) var<storage, read> X: array<ST_X>;
 @group(0) @binding(1) var<storage, read> DY: array<ST_DY>;
@@ -58,10 +60,20 @@ fn floor_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
   var s2: array<vec4<f32>, Q>;
   for (var s = 0u; s < F.hw; s++) {
     let row = wb.x + s * F.c4;
-    for (var j = 0u; j < Q; j++) {
-      let v = ld_X(row + j);
-      s1[j] += v;
-      s2[j] += v * v;
+    if (U8) {
+      for (var j = 0u; j < Q; j += 2u) {
+        let v = ld8_X((row + j) >> 1u);
+        s1[j] += v[0];
+        s2[j] += v[0] * v[0];
+        s1[j + 1u] += v[1];
+        s2[j + 1u] += v[1] * v[1];
+      }
+    } else {
+      for (var j = 0u; j < Q; j++) {
+        let v = ld_X(row + j);
+        s1[j] += v;
+        s2[j] += v * v;
+      }
     }
   }
   let g1 = group_sums(s1);
@@ -77,8 +89,15 @@ fn floor_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
   let b = per_channel(gb);
   for (var s = 0u; s < F.hw; s++) {
     let row = wb.x + s * F.c4;
-    for (var j = 0u; j < Q; j++) {
-      st_OUT(row + j, ld_X(row + j) * a[j] + b[j]);
+    if (U8) {
+      for (var j = 0u; j < Q; j += 2u) {
+        let v = ld8_X((row + j) >> 1u);
+        st8_OUT((row + j) >> 1u, mat2x4<f32>(v[0] * a[j] + b[j], v[1] * a[j + 1u] + b[j + 1u]));
+      }
+    } else {
+      for (var j = 0u; j < Q; j++) {
+        st_OUT(row + j, ld_X(row + j) * a[j] + b[j]);
+      }
     }
   }
 }
@@ -92,10 +111,21 @@ fn floor_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
   var sdx: array<vec4<f32>, Q>;  // and sum dy * x
   for (var s = 0u; s < F.hw; s++) {
     let row = wb.x + s * F.c4;
-    for (var j = 0u; j < Q; j++) {
-      let d = ld_DY(row + j);
-      sd[j] += d;
-      sdx[j] += d * ld_X(row + j);
+    if (U8) {
+      for (var j = 0u; j < Q; j += 2u) {
+        let d = ld8_DY((row + j) >> 1u);
+        let v = ld8_X((row + j) >> 1u);
+        sd[j] += d[0];
+        sdx[j] += d[0] * v[0];
+        sd[j + 1u] += d[1];
+        sdx[j + 1u] += d[1] * v[1];
+      }
+    } else {
+      for (var j = 0u; j < Q; j++) {
+        let d = ld_DY(row + j);
+        sd[j] += d;
+        sdx[j] += d * ld_X(row + j);
+      }
     }
   }
   let gd = group_sums(sd);
@@ -110,8 +140,17 @@ fn floor_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
   let c = per_channel(gcv);
   for (var s = 0u; s < F.hw; s++) {
     let row = wb.x + s * F.c4;
-    for (var j = 0u; j < Q; j++) {
-      st_OUT(row + j, ld_DY(row + j) * 0.5 + ld_X(row + j) * b[j] + c[j]);
+    if (U8) {
+      for (var j = 0u; j < Q; j += 2u) {
+        let u = (row + j) >> 1u;
+        let d = ld8_DY(u);
+        let v = ld8_X(u);
+        st8_OUT(u, mat2x4<f32>(d[0] * 0.5 + v[0] * b[j] + c[j], d[1] * 0.5 + v[1] * b[j + 1u] + c[j + 1u]));
+      }
+    } else {
+      for (var j = 0u; j < Q; j++) {
+        st_OUT(row + j, ld_DY(row + j) * 0.5 + ld_X(row + j) * b[j] + c[j]);
+      }
     }
   }
 }
