@@ -33,12 +33,18 @@ def _groups(a, groups):
     return a.reshape(a.shape[0] * groups, -1)  # a is logical NCHW: a group's channels are adjacent
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+# form: which of the floor's forms runs (16-bit: quads one at a time, or in pairs where the shape allows)
+@pytest.mark.parametrize(
+    "dtype,form", [("float32", 0), ("float16", 0), ("float16", -1), ("bfloat16", 0), ("bfloat16", -1)]
+)
 @pytest.mark.parametrize("shape,groups", SHAPES)
-def test_nhwc_floor_kernels_compute_their_formulas(wg, dtype, shape, groups):  # noqa: F811
+def test_nhwc_floor_kernels_compute_their_formulas(wg, dtype, shape, groups, form, monkeypatch):  # noqa: F811
     """floor_fwd: (x - mean) / sqrt(var + 1e-5) per group; floor_bwd: 0.5 dy + mean(dy x) x + mean(dy),
-    on channels-last arrays, in channels-last output (NumPy in float64 from the same stored values)."""
+    on channels-last arrays, in channels-last output (NumPy in float64 from the same stored values);
+    16-bit storage in each of its forms (quads one at a time, and in pairs where the shape allows)."""
     from numr_web.bench import floor
+
+    monkeypatch.setattr(floor, "_fastest", lambda runs: runs[form])
 
     np_dtype = BFLOAT16 if dtype == "bfloat16" else np.dtype(dtype)
     rng = np.random.default_rng(11)
@@ -59,6 +65,38 @@ def test_nhwc_floor_kernels_compute_their_formulas(wg, dtype, shape, groups):  #
     dyg = _groups(dy.astype(np.float32), groups)
     want = 0.5 * dyg + (dyg * xg).mean(1, keepdims=True) * xg + dyg.mean(1, keepdims=True)
     np.testing.assert_allclose(dx, want, rtol=tol, atol=tol * 4)
+
+
+def test_the_floor_is_the_faster_form(wg):  # noqa: F811
+    """Of two forms, the one whose calls and waits take less (timed at setup) is the floor."""
+    import time
+
+    from numr_web.bench import floor
+
+    out = wg.from_numpy(np.zeros(4, np.float32))
+
+    def slow():
+        time.sleep(0.004)
+        return out
+
+    def fast():
+        return out
+
+    assert floor._fastest([slow, fast]) is fast
+    assert floor._fastest([fast, slow]) is fast
+
+
+def test_sixteen_bit_floors_have_both_forms_where_a_shape_allows(wg, monkeypatch):  # noqa: F811
+    """float16 at (2, 320, 4, 4), G=32 (cpg 10): windows of 5 quads one at a time, or 10 quads in pairs."""
+    from numr_web.bench import floor
+
+    seen = []
+    monkeypatch.setattr(floor, "_fastest", lambda runs: seen.append([r.form for r in runs]) or runs[0])
+    a = wg.from_numpy(nhwc(np.ones((2, 320, 4, 4), np.float16)))
+    floor.timed_callables(a, a, 32, layout="nhwc")
+    assert len(seen) == 2  # forward and backward
+    for forms in seen:
+        assert [(f["Q"], f["U8"]) for f in forms] == [(5, False), (10, True)], forms
 
 
 def test_nhwc_floor_kernels_refuse_what_they_cannot_walk(wg):  # noqa: F811

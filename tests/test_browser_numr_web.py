@@ -710,11 +710,11 @@ def test_browser_bench_runs(wheel):
 
 def test_browser_bench_times_the_layout_asked_for(wheel):
     """README's browser rows come from `scripts/browser-bench --layout both ...`: --layout nhwc times
-    channels-last input (rows say so) and nothing else."""
+    channels-last input (rows say so) and nothing else, with the channels-last floor kernels beside it."""
     if pb.prerequisites():
         _missing(pb.prerequisites())
     out_json = wheel.parent / "bench-nhwc.json"
-    argv = "--shapes 1,64,16,16,8 --repeat 2 --runs 1 --dtype float32 --layout nhwc".split()
+    argv = "--shapes 1,64,16,16,8 --repeat 2 --runs 1 --dtype float32 --layout nhwc --floor".split()
     argv += ["--wheel", str(wheel), "--json", str(out_json)]
     out = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "browser-bench"), *argv],
@@ -726,6 +726,9 @@ def test_browser_bench_times_the_layout_asked_for(wheel):
     rows = json.loads(out_json.read_text())["rows"]
     assert [(r["layout"], r["dtype"], r["shape"]) for r in rows] == [("nhwc", "float32", [1, 64, 16, 16])], rows
     assert rows[0]["forward_ms"] > 0 and (rows[0]["backward_ms"] or 0) > 0, rows
+    for name in ("floor_forward", "floor_backward"):  # --floor: floor_nhwc.wgsl's kernels, same rounds
+        assert rows[0][f"{name}_ms"] > 0 and 0 < rows[0][f"{name}_of_copy"] < 10, rows
+        assert name not in rows[0]["failed"], rows
     printed = [line for line in out.stdout.splitlines() if line.startswith("1,64,16,16 G=8 ")]
     assert len(printed) == 1 and "nhwc" in printed[0] and "nchw" not in printed[0], out.stdout
 

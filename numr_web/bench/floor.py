@@ -19,8 +19,10 @@ their output.
 Channels-last (``layout="nhwc"``, ``floor_nhwc.wgsl``): a group is a strided slab (cpg adjacent
 channels of every position); one invocation walks a window of whole groups and whole channel
 quads of one sample (at least 16 channels where C allows) down its rows twice: per-channel plain
-sums, folded into the groups, then the output; 16-bit storage 8 elements a load where C % 8 == 0 (as
-the channels-last split plan loads it).
+sums (per group where a group is whole quads), folded into the groups, then the output.  16-bit
+storage has two forms: quads loaded one at a time, or in pairs (16 bytes a load, as the channels-last
+split plan loads them) in windows doubled where that makes their quads even; whichever a few timed
+calls at setup find faster is the floor (neither wins everywhere).
 """
 
 from __future__ import annotations
@@ -71,10 +73,12 @@ def _check(x, dy, groups, dense_only=False):
 _NHWC_BACK_EDGES = 60000
 
 
-def _check_nhwc(x, dy, groups):
-    """(windows, quads a window, elements of a group) of a channels-last call: a window is whole
+def _check_nhwc(x, dy, groups, pairs=False):
+    """(windows, quads a window, elements of a group, quads in pairs) of a channels-last call: a window is whole
     groups and whole quads (a multiple of cpg and of 4 channels), doubled up to 16 channels where C
-    allows (a lane then reads at least 64 contiguous bytes of a row, as the split plan's threads do)."""
+    allows (a lane then reads at least 64 contiguous bytes of a row, as the split plan's threads do);
+    with ``pairs`` (16-bit storage) doubled once more where that makes its quads even, so that they
+    load in pairs."""
     import math
 
     from numr_web.memory_layout import channels_last_perm, memory_order
@@ -92,13 +96,16 @@ def _check_nhwc(x, dy, groups):
     window = cpg * 4 // math.gcd(cpg, 4)
     while window < 16 and c % (2 * window) == 0:
         window *= 2
+    if pairs and window % 8 and c % (2 * window) == 0:  # an even number of quads: 16-bit loads in pairs
+        window *= 2
     q = window // 4
-    if 2 * hw * (q + 1) > _NHWC_BACK_EDGES:
+    u8 = pairs and q % 2 == 0  # then C % 8 == 0 too (a window divides C)
+    if 2 * hw * (q // (2 if u8 else 1) + 1) > _NHWC_BACK_EDGES:
         raise ValueError(
             f"x: {hw} positions of {q} channel quads are more than one invocation may walk twice "
             f"(lavapipe stops an invocation after 65535 loop iterations)"
         )
-    return n * c // window, q, cpg * hw
+    return n * c // window, q, cpg * hw, u8
 
 
 def timed_callables(x, dy, groups, layout="nchw") -> dict:
@@ -114,38 +121,30 @@ def timed_callables(x, dy, groups, layout="nchw") -> dict:
         raise ValueError(f"layout: expected 'nchw' or 'nhwc', got {layout!r}")
     if layout == "nhwc":
         _check(x, dy, groups, dense_only=True)
-        windows, q, m = _check_nhwc(x, dy, groups)
-        n, c = x.shape[:2]
-        hw = x.size // max(n * c, 1)
         key = x.ctx.dtype_key(x.dtype.name)
-        # 16-bit: quads loaded in pairs (8 elements, 16 bytes) where every row starts on a whole unit, as the
-        # channels-last split plan loads them (C % 8 == 0); 4 a load made the floor slower than the op there
-        u8 = key in X8_KEYS and q % 2 == 0 and c % 8 == 0
-        key = X8_KEYS[key] if u8 else key
-        kernel, consts = "floor_nhwc.wgsl", {"WG": FLOOR_WG, "Q": q, "U8": u8}
-        params = struct.pack("<5If12x", windows, hw, c // 4, c // (4 * q), c // groups, 1.0 / m)
-        count = windows
+        forms = [_nhwc_form(x, dy, groups, key, False)]
+        if key in X8_KEYS:  # 16-bit: quads in pairs, 16 bytes a load, as the channels-last split plan loads them
+            paired = _nhwc_form(x, dy, groups, key, True)
+            if paired is not None and paired != forms[0]:
+                forms.append(paired)
     else:
         ngroups, m = _check(x, dy, groups)
         key = x.ctx.dtype_key(x.dtype.name)
         u8 = key in X8_KEYS and m % 8 == 0  # 16-bit: 8 elements (16 bytes) per load, as the split plan
-        key = X8_KEYS[key] if u8 else key
-        kernel, consts = "floor.wgsl", {"WG": FLOOR_WG, "U8": u8}
         params = struct.pack("<2If4x", ngroups, m // (8 if u8 else 4), 1.0 / m)
-        count = ngroups
+        forms = [("floor.wgsl", {"WG": FLOOR_WG, "U8": u8}, X8_KEYS[key] if u8 else key, params, ngroups)]
     ctx = x.ctx
     out = array_kernels.empty_like(x)
-    dtypes = {"X": key, "DY": key, "OUT": key}
-    workgroups = -(-count // FLOOR_WG)
 
-    def call(entry, arrays):
+    def call(form, entry, arrays):
         # the least any call can do: its pipeline, parameters and bind group made once, each call one
         # transport call that records the dispatch and submits it (as a kept GroupNorm recipe's call)
+        kernel, consts, key, params, count = form
         held = ctx.params_buffer(params)
         binds = [(a.buffer, 0, min(a.buffer.size, ctx.max_binding)) for a in arrays]
-        pipe = ctx.pipeline(kernel, entry, dtypes, consts)
+        pipe = ctx.pipeline(kernel, entry, {"X": key, "DY": key, "OUT": key}, consts)
         group = ctx.bind_group(pipe, [*binds, (held.buffer, 0, held.size)])
-        prepared = ctx.transport.prepare_dispatches(ctx.dev, [(pipe, group, grid(workgroups))])
+        prepared = ctx.transport.prepare_dispatches(ctx.dev, [(pipe, group, grid(-(-count // FLOOR_WG)))])
 
         def run():
             ctx.transport.submit_dispatches(ctx.dev, prepared)
@@ -153,10 +152,65 @@ def timed_callables(x, dy, groups, layout="nchw") -> dict:
 
         run.arrays = arrays  # held by the call: a freed array's buffer goes back to the pool for reuse
         run.held = held
+        run.form = consts
         return run
 
     # the forward binds x as DY too (it reads only X)
-    return {"floor_fwd": call("floor_forward", (x, x, out)), "floor_bwd": call("floor_backward", (x, dy, out))}
+    fns = {}
+    for name, entry, arrays in (
+        ("floor_fwd", "floor_forward", (x, x, out)),
+        ("floor_bwd", "floor_backward", (x, dy, out)),
+    ):
+        runs = [call(form, entry, arrays) for form in forms]
+        fns[name] = runs[0] if len(runs) == 1 else _fastest(runs)
+    return fns
+
+
+def _nhwc_form(x, dy, groups, key, pairs):
+    """(kernel, constants, storage key, parameters, invocations) of the channels-last floor, or None
+    where ``pairs`` asks for a window that one invocation may not walk."""
+    from numr_web.backends.webgpu.group_norm_launch import X8_KEYS
+
+    try:
+        windows, q, m, u8 = _check_nhwc(x, dy, groups, pairs=pairs)
+    except ValueError:
+        if pairs:
+            return None
+        raise
+    n, c = x.shape[:2]
+    hw = x.size // max(n * c, 1)
+    cpg = c // groups
+    qg = cpg // 4 if cpg % 4 == 0 else 0  # a group of whole quads: one running sum per group (fewer live values)
+    params = struct.pack("<5If12x", windows, hw, c // 4, c // (4 * q), cpg, 1.0 / m)
+    consts = {"WG": FLOOR_WG, "Q": q, "U8": u8, "QG": qg}
+    return "floor_nhwc.wgsl", consts, X8_KEYS[key] if u8 else key, params, windows
+
+
+#: calls each candidate form of a floor kernel is timed for at setup (after two untimed ones)
+PICK_CALLS = 5
+
+
+def _fastest(runs):
+    """The run whose call-and-wait took least (median of ``PICK_CALLS``): where the least work has more
+    than one shape (channels-last 16-bit: quads one at a time or in pairs, in windows twice as wide),
+    which one wins depends on the dtype and the adapter (lavapipe, bfloat16 at 2x320x64x64 backward:
+    25 ms one at a time, 46 ms in pairs; float16 43 ms and 27 ms)."""
+    import statistics
+    import time
+
+    from numr_web.bench.timing import read_back_small
+
+    def median_s(run):  # timed as the benches time a call: then a 4-byte read-back of its output
+        for _ in range(2):
+            read_back_small(run())
+        times = []
+        for _ in range(PICK_CALLS):
+            t0 = time.perf_counter()
+            read_back_small(run())
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    return min(runs, key=median_s)
 
 
 def row_fields(samples: dict, row: dict) -> dict:
