@@ -139,11 +139,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       let scale = lane_w(I.ch) * gr.rstd_s;
       let shift = lane_b(I.ch) - zlo * scale;
       let alpha = lane_w(I.ch) * gr.rstd_s;
-      for (var t = I.t0; t < I.t1; t++) {
+      // a rescaled group's steps (none where gr.sc == 1), then a plain one's: two loops, not a branch
+      // in one (SwiftShader runs a branch's body for every lane, masked: group_norm_pow2.wgsl)
+      let t_scaled = select(I.t1, I.t0, gr.sc == 1.0);
+      for (var t = I.t0; t < t_scaled; t++) {
         let u = (I.base + t * I.tstride) >> 2u;
         let xc = ld_X(u) * gr.sc - gr.ms;
         let dz = dz_of(ld_DY(u), xc, scale, shift);
         st_DX(u, times_pow2_4(alpha * dz + cf.y * xc + cf.x, vec4<f32>(gr.sc)));
+      }
+      for (var t = t_scaled; t < I.t1; t++) {
+        let u = (I.base + t * I.tstride) >> 2u;
+        let xc = ld_X(u) - gr.ms;
+        st_DX(u, alpha * dz_of(ld_DY(u), xc, scale, shift) + cf.y * xc + cf.x);
       }
     }
   }

@@ -385,7 +385,10 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let alpha = scale;
     let shift = bv(c) - lane_zlo(lg) * scale;
     let u0 = blk.base + c;
-    for (var t = r.y; t < r.z; t++) {
+    // rescaled lanes' steps (none where every lane's sc is 1), then plain ones: two loops, not a branch
+    // in one (SwiftShader runs a branch's body for every lane, masked: group_norm_pow2.wgsl)
+    let t_scaled = select(r.z, r.y, all(sc == vec4<f32>(1.0)));
+    for (var t = r.y; t < t_scaled; t++) {
       let u = (u0 + t * p.C) >> 2u;
       let xc = ld_X(u) * sc - ms;
       var dz = ld_DY(u);
@@ -395,6 +398,17 @@ fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
         dz = dz * s * (1.0 + z * (1.0 - s));
       }
       st_Y(u, times_pow2_4(alpha * dz + c1 * xc + c0, sc));
+    }
+    for (var t = t_scaled; t < r.z; t++) {
+      let u = (u0 + t * p.C) >> 2u;
+      let xc = ld_X(u) - ms;
+      var dz = ld_DY(u);
+      if (SILU) {
+        let z = xc * scale + shift;
+        let s = 1.0 / (1.0 + exp(-z));
+        dz = dz * s * (1.0 + z * (1.0 - s));
+      }
+      st_Y(u, alpha * dz + c1 * xc + c0);
     }
   }
 }

@@ -127,6 +127,12 @@ fn dx_of(x: vec4<f32>, dy: vec4<f32>, R: Row, cf: vec4<f32>) -> vec4<f32> {
   return times_pow2_4(R.alpha * dz + cf.y * xc + cf.x, vec4<f32>(R.sc));
 }
 
+// dx_of for a group in unscaled units (R.sc == 1: no product is rescaled, none can turn subnormal).
+fn dx_plain(x: vec4<f32>, dy: vec4<f32>, R: Row, cf: vec4<f32>) -> vec4<f32> {
+  let xc = x - R.ms;
+  return R.alpha * dz_of(dy, xc, R.scale, R.shift) + cf.y * xc + cf.x;
+}
+
 // dx over steps [first, last) of the chunk, row by row.
 fn write_steps(first: u32, last: u32, xb: u32) {
   var t = first;
@@ -136,13 +142,25 @@ fn write_steps(first: u32, last: u32, xb: u32) {
     let rend = min((row + 1u) * p.steps, last);
     let R = row_of(row);
     let cf = WS[p.coef_at + R.gg];
-    for (; t < rend; t++) {
+    // a rescaled group's steps (none where R.sc == 1), then a plain one's: two loops, not a branch in
+    // one (SwiftShader runs a branch's body for every lane, masked: group_norm_pow2.wgsl)
+    let scaled_end = select(rend, t, R.sc == 1.0);
+    for (; t < scaled_end; t++) {
       if (U8) {
         let mx = ld8_X(xb + t);
         let my = ld8_DY(xb + t);
         st8_DX(xb + t, mat2x4<f32>(dx_of(mx[0], my[0], R, cf), dx_of(mx[1], my[1], R, cf)));
       } else {
         st_DX(xb + t, dx_of(ld_X(xb + t), ld_DY(xb + t), R, cf));
+      }
+    }
+    for (; t < rend; t++) {
+      if (U8) {
+        let mx = ld8_X(xb + t);
+        let my = ld8_DY(xb + t);
+        st8_DX(xb + t, mat2x4<f32>(dx_plain(mx[0], my[0], R, cf), dx_plain(mx[1], my[1], R, cf)));
+      } else {
+        st_DX(xb + t, dx_plain(ld_X(xb + t), ld_DY(xb + t), R, cf));
       }
     }
   }

@@ -176,13 +176,48 @@ fn dx_of(x: vec4<f32>, dy: vec4<f32>, k: Quad) -> vec4<f32> {
   return times_pow2_4(k.alpha * dz_of(dy, xc, k.scale, k.shift) + k.c1 * xc + k.c0, k.sc);
 }
 
+// dx_of for quads in unscaled units (k.sc == 1: nothing is rescaled, nothing can turn subnormal).
+fn dx_plain(x: vec4<f32>, dy: vec4<f32>, k: Quad) -> vec4<f32> {
+  let xc = x - k.ms;
+  return k.alpha * dz_of(dy, xc, k.scale, k.shift) + k.c1 * xc + k.c0;
+}
+
+// The thread's steps [t0, t1) from element u: dx_of (SCALED) or dx_plain for each.
+fn dx_steps(t0: u32, t1: u32, u0: u32, k0: Quad, k1: Quad, k2: Quad, k3: Quad, scaled: bool) -> u32 {
+  let Q = p.C >> 2u;
+  var u = u0;
+  for (var t = t0; t < t1; t++) {
+    if (KQ > 1u) {  // quads in pairs, as in partials
+      let m = ld_pair(u);
+      if (scaled) {
+        st8_DX(u >> 1u, mat2x4<f32>(dx_of(m[0], m[2], k0), dx_of(m[1], m[3], k1)));
+      } else {
+        st8_DX(u >> 1u, mat2x4<f32>(dx_plain(m[0], m[2], k0), dx_plain(m[1], m[3], k1)));
+      }
+      if (KQ > 2u) {
+        let n = ld_pair(u + 2u);
+        if (scaled) {
+          st8_DX((u >> 1u) + 1u, mat2x4<f32>(dx_of(n[0], n[2], k2), dx_of(n[1], n[3], k3)));
+        } else {
+          st8_DX((u >> 1u) + 1u, mat2x4<f32>(dx_plain(n[0], n[2], k2), dx_plain(n[1], n[3], k3)));
+        }
+      }
+    } else if (scaled) {
+      st_DX(u, dx_of(ld_X(u), ld_DY(u), k0));
+    } else {
+      st_DX(u, dx_plain(ld_X(u), ld_DY(u), k0));
+    }
+    u += Q;
+  }
+  return u;
+}
+
 @compute @workgroup_size(WG)
 fn dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
       @builtin(local_invocation_index) lid: u32) {
   let tid = thread_index(wid, nwg, lid);
   if (tid >= p.items) { return; }
   let cu = cut_of(tid);
-  let Q = p.C >> 2u;
   let k0 = quad_dx(cu.nl, cu.q0);
   var k1 = k0;
   var k2 = k0;
@@ -192,18 +227,11 @@ fn dx(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<
     k2 = quad_dx(cu.nl, cu.q0 + 2u);
     k3 = quad_dx(cu.nl, cu.q0 + 3u);
   }
-  var u = cu.u;
-  for (var t = cu.t0; t < cu.t1; t++) {
-    if (KQ > 1u) {  // quads in pairs, as in partials
-      let m = ld_pair(u);
-      st8_DX(u >> 1u, mat2x4<f32>(dx_of(m[0], m[2], k0), dx_of(m[1], m[3], k1)));
-      if (KQ > 2u) {
-        let n = ld_pair(u + 2u);
-        st8_DX((u >> 1u) + 1u, mat2x4<f32>(dx_of(n[0], n[2], k2), dx_of(n[1], n[3], k3)));
-      }
-    } else {
-      st_DX(u, dx_of(ld_X(u), ld_DY(u), k0));
-    }
-    u += Q;
-  }
+  // rescaled quads' steps (none where every lane's sc is 1), then plain ones: two loops, not a branch
+  // in one (SwiftShader runs a branch's body for every lane, masked: group_norm_pow2.wgsl)
+  let one = vec4<f32>(1.0);
+  let plain = all(k0.sc == one) && all(k1.sc == one) && all(k2.sc == one) && all(k3.sc == one);
+  let t_scaled = select(cu.t1, cu.t0, plain);
+  let u = dx_steps(cu.t0, t_scaled, cu.u, k0, k1, k2, k3, true);
+  dx_steps(t_scaled, cu.t1, u, k0, k1, k2, k3, false);
 }

@@ -51,6 +51,13 @@ fn dx_of(x: vec4<f32>, dy: vec4<f32>, gr: GradGroup, scale: vec4<f32>, shift: ve
   return times_pow2_4(alpha * dz_of(dy, xc, scale, shift) + cf.y * xc + cf.x, vec4<f32>(gr.sc));
 }
 
+// dx_of for a group in unscaled units (gr.sc == 1: nothing is rescaled, nothing can turn subnormal).
+fn dx_plain(x: vec4<f32>, dy: vec4<f32>, gr: GradGroup, scale: vec4<f32>, shift: vec4<f32>, alpha: vec4<f32>,
+            cf: vec3<f32>) -> vec4<f32> {
+  let xc = x - gr.ms;
+  return alpha * dz_of(dy, xc, scale, shift) + cf.y * xc + cf.x;
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
@@ -113,7 +120,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let shift = lane_b(ch) - zlo * scale;
     let alpha = lane_w(ch) * gr.rstd_s;
     let uend = u + hw;
-    for (; u < uend; u++) {
+    // a rescaled group's steps (none where gr.sc == 1), then a plain one's: two loops, not a branch in
+    // one (SwiftShader runs a branch's body for every lane, masked: group_norm_pow2.wgsl)
+    let scaled_end = select(uend, u, gr.sc == 1.0);
+    for (; u < scaled_end; u++) {
       if (U8) {
         let xm = ld8_X(u);
         let dm = ld8_DY(u);
@@ -121,6 +131,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                               dx_of(xm[1], dm[1], gr, scale, shift, alpha, cf)));
       } else {
         st_DX(u, dx_of(ld_X(u), ld_DY(u), gr, scale, shift, alpha, cf));
+      }
+    }
+    for (; u < uend; u++) {
+      if (U8) {
+        let xm = ld8_X(u);
+        let dm = ld8_DY(u);
+        st8_DX(u, mat2x4<f32>(dx_plain(xm[0], dm[0], gr, scale, shift, alpha, cf),
+                              dx_plain(xm[1], dm[1], gr, scale, shift, alpha, cf)));
+      } else {
+        st_DX(u, dx_plain(ld_X(u), ld_DY(u), gr, scale, shift, alpha, cf));
       }
     }
   }
