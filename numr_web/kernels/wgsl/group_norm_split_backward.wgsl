@@ -133,6 +133,23 @@ fn dx_plain(x: vec4<f32>, dy: vec4<f32>, R: Row, cf: vec4<f32>) -> vec4<f32> {
   return R.alpha * dz_of(dy, xc, R.scale, R.shift) + cf.y * xc + cf.x;
 }
 
+// dx of step u: dx_of where the group is rescaled (SCALED, a constant at each call), else dx_plain.
+fn write_step(u: u32, R: Row, cf: vec4<f32>, scaled: bool) {
+  if (U8) {
+    let mx = ld8_X(u);
+    let my = ld8_DY(u);
+    if (scaled) {
+      st8_DX(u, mat2x4<f32>(dx_of(mx[0], my[0], R, cf), dx_of(mx[1], my[1], R, cf)));
+    } else {
+      st8_DX(u, mat2x4<f32>(dx_plain(mx[0], my[0], R, cf), dx_plain(mx[1], my[1], R, cf)));
+    }
+  } else if (scaled) {
+    st_DX(u, dx_of(ld_X(u), ld_DY(u), R, cf));
+  } else {
+    st_DX(u, dx_plain(ld_X(u), ld_DY(u), R, cf));
+  }
+}
+
 // dx over steps [first, last) of the chunk, row by row.
 fn write_steps(first: u32, last: u32, xb: u32) {
   var t = first;
@@ -145,23 +162,7 @@ fn write_steps(first: u32, last: u32, xb: u32) {
     // a rescaled group's steps (none where R.sc == 1), then a plain one's: two loops, not a branch in
     // one (SwiftShader runs a branch's body for every lane, masked: group_norm_pow2.wgsl)
     let scaled_end = select(rend, t, R.sc == 1.0);
-    for (; t < scaled_end; t++) {
-      if (U8) {
-        let mx = ld8_X(xb + t);
-        let my = ld8_DY(xb + t);
-        st8_DX(xb + t, mat2x4<f32>(dx_of(mx[0], my[0], R, cf), dx_of(mx[1], my[1], R, cf)));
-      } else {
-        st_DX(xb + t, dx_of(ld_X(xb + t), ld_DY(xb + t), R, cf));
-      }
-    }
-    for (; t < rend; t++) {
-      if (U8) {
-        let mx = ld8_X(xb + t);
-        let my = ld8_DY(xb + t);
-        st8_DX(xb + t, mat2x4<f32>(dx_plain(mx[0], my[0], R, cf), dx_plain(mx[1], my[1], R, cf)));
-      } else {
-        st_DX(xb + t, dx_plain(ld_X(xb + t), ld_DY(xb + t), R, cf));
-      }
-    }
+    for (; t < scaled_end; t++) { write_step(xb + t, R, cf, true); }
+    for (; t < rend; t++) { write_step(xb + t, R, cf, false); }
   }
 }

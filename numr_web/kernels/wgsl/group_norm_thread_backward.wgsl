@@ -58,6 +58,26 @@ fn dx_plain(x: vec4<f32>, dy: vec4<f32>, gr: GradGroup, scale: vec4<f32>, shift:
   return alpha * dz_of(dy, xc, scale, shift) + cf.y * xc + cf.x;
 }
 
+// dx of step u: dx_of where the group is rescaled (SCALED, a constant at each call), else dx_plain.
+fn write_step(u: u32, gr: GradGroup, scale: vec4<f32>, shift: vec4<f32>, alpha: vec4<f32>, cf: vec3<f32>,
+              scaled: bool) {
+  if (U8) {
+    let xm = ld8_X(u);
+    let dm = ld8_DY(u);
+    if (scaled) {
+      st8_DX(u, mat2x4<f32>(dx_of(xm[0], dm[0], gr, scale, shift, alpha, cf),
+                            dx_of(xm[1], dm[1], gr, scale, shift, alpha, cf)));
+    } else {
+      st8_DX(u, mat2x4<f32>(dx_plain(xm[0], dm[0], gr, scale, shift, alpha, cf),
+                            dx_plain(xm[1], dm[1], gr, scale, shift, alpha, cf)));
+    }
+  } else if (scaled) {
+    st_DX(u, dx_of(ld_X(u), ld_DY(u), gr, scale, shift, alpha, cf));
+  } else {
+    st_DX(u, dx_plain(ld_X(u), ld_DY(u), gr, scale, shift, alpha, cf));
+  }
+}
+
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
@@ -123,25 +143,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // a rescaled group's steps (none where gr.sc == 1), then a plain one's: two loops, not a branch in
     // one (SwiftShader runs a branch's body for every lane, masked: group_norm_pow2.wgsl)
     let scaled_end = select(uend, u, gr.sc == 1.0);
-    for (; u < scaled_end; u++) {
-      if (U8) {
-        let xm = ld8_X(u);
-        let dm = ld8_DY(u);
-        st8_DX(u, mat2x4<f32>(dx_of(xm[0], dm[0], gr, scale, shift, alpha, cf),
-                              dx_of(xm[1], dm[1], gr, scale, shift, alpha, cf)));
-      } else {
-        st_DX(u, dx_of(ld_X(u), ld_DY(u), gr, scale, shift, alpha, cf));
-      }
-    }
-    for (; u < uend; u++) {
-      if (U8) {
-        let xm = ld8_X(u);
-        let dm = ld8_DY(u);
-        st8_DX(u, mat2x4<f32>(dx_plain(xm[0], dm[0], gr, scale, shift, alpha, cf),
-                              dx_plain(xm[1], dm[1], gr, scale, shift, alpha, cf)));
-      } else {
-        st_DX(u, dx_plain(ld_X(u), ld_DY(u), gr, scale, shift, alpha, cf));
-      }
-    }
+    for (; u < scaled_end; u++) { write_step(u, gr, scale, shift, alpha, cf, true); }
+    for (; u < uend; u++) { write_step(u, gr, scale, shift, alpha, cf, false); }
   }
 }
