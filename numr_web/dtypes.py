@@ -60,6 +60,10 @@ _BY_NAME = {d.name: d for d in (float16, bfloat16, float32, float64)}
 _ALIASES = {"float": "float64", "double": "float64", "half": "float16", "single": "float32", "bf16": "bfloat16"}
 
 
+#: names of the dtype objects (NumPy dtypes, scalar types) dtype_name was asked about
+_NAME_OF: dict = {}
+
+
 def dtype_name(dtype) -> str:
     """The name of ``dtype`` ("float32", "bfloat16", "int64"...): a DType, a NumPy dtype or scalar
     type, an ml_dtypes type, Python's ``float``, or a name.  TypeError for anything else."""
@@ -67,15 +71,28 @@ def dtype_name(dtype) -> str:
         return dtype.name
     if isinstance(dtype, str):
         name = dtype.lower()
+        return _ALIASES.get(name, name)
+    try:
+        known = _NAME_OF.get(dtype)  # NumPy's dtype.name is a Python property of some microseconds
+    except TypeError:  # unhashable
+        known = None
+    if known is not None:
+        return known
+    name = getattr(dtype, "name", None)  # a NumPy dtype
+    if not isinstance(name, str):
+        name = getattr(dtype, "__name__", None)  # a scalar type: np.float32, ml_dtypes.bfloat16, float
+    if not isinstance(name, str):
+        raise TypeError(f"dtype: expected a dtype or a dtype name, got {dtype!r}")
+    if getattr(dtype, "isnative", True) is False:  # a NumPy dtype in the other byte order
+        name = f"{name} (non-native byte order)"
     else:
-        name = getattr(dtype, "name", None)  # a NumPy dtype
-        if not isinstance(name, str):
-            name = getattr(dtype, "__name__", None)  # a scalar type: np.float32, ml_dtypes.bfloat16, float
-        if not isinstance(name, str):
-            raise TypeError(f"dtype: expected a dtype or a dtype name, got {dtype!r}")
-        if getattr(dtype, "isnative", True) is False:  # a NumPy dtype in the other byte order
-            return f"{name} (non-native byte order)"
-    return _ALIASES.get(name, name)
+        name = _ALIASES.get(name, name)
+    if len(_NAME_OF) < 256:
+        try:
+            _NAME_OF[dtype] = name
+        except TypeError:
+            pass
+    return name
 
 
 def as_dtype(dtype) -> DType:

@@ -70,9 +70,9 @@ class Context:
         for i in fn.saved_inputs(self.needs_input_grad):
             t = args[i]
             if hasattr(t, "_versions"):
-                watched.append((f"input {i}", t._versions, t._versions[0], _describe(t)))
+                watched.append((f"input {i}", t._versions, t._versions[0], _metadata(t)))
         if fn.saves_output:
-            watched.append(("its output", result._versions, result._versions[0], _describe(result)))
+            watched.append(("its output", result._versions, result._versions[0], _metadata(result)))
         self._watched = tuple(watched)
 
     def check(self, name):
@@ -83,11 +83,11 @@ class Context:
                 "after they were freed): backward() and autograd.grad() free them; pass retain_graph=True "
                 "to the first call if you need to backward through the graph again"
             )
-        for what, counter, version, desc in self._watched:
+        for what, counter, version, meta in self._watched:
             if counter[0] != version:
                 raise RuntimeError(
                     f"one of the variables needed for gradient computation has been modified by an inplace "
-                    f"operation: [{desc}], {what} of {name}, is at version {counter[0]}; expected version "
+                    f"operation: [{_describe(*meta)}], {what} of {name}, is at version {counter[0]}; expected version "
                     f"{version} instead. Make the in-place change after the backward, or on a copy"
                 )
 
@@ -124,8 +124,14 @@ class Node:
         return f"<{self.name} node>"
 
 
-def _describe(t):
-    return f"{t.dtype} Tensor of shape {tuple(t.shape)} on {t.device!r}"
+def _metadata(t):
+    """What the in-place check's message says of a tensor, kept at the forward and put in words only when
+    it raises (formatting a NumPy dtype costs microseconds on every recorded call)."""
+    return t.dtype, t.shape, t.device
+
+
+def _describe(dtype, shape, device):
+    return f"{dtype} Tensor of shape {tuple(shape)} on {device!r}"
 
 
 class Function:

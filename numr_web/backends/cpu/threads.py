@@ -40,6 +40,8 @@ import os
 import threading
 import time
 
+from numr_web.host import environ_reader
+
 #: calls on fewer elements always run on one thread
 SERIAL_BELOW = 1 << 16
 #: a losing mode is timed again (PROBE_RUN calls in a row) after this many calls, doubling while it
@@ -50,6 +52,7 @@ PROBE_RUN = 3
 #: the environment variable that pins the choice
 MODE_ENV = "NUMR_WEB_CPU_THREADS"
 MODES = ("auto", "parallel", "serial")
+_read_mode_env = environ_reader(MODE_ENV)  # read on every call
 
 #: GNU OpenMP spins of a waiting thread before it sleeps, when the user chose no wait policy
 SPIN_COUNT = 20000
@@ -131,7 +134,7 @@ def policy() -> str:
 
 
 def mode() -> str:
-    value = os.environ.get(MODE_ENV, "auto").strip().lower() or "auto"
+    value = (_read_mode_env() or "auto").strip().lower() or "auto"
     if value not in MODES:
         raise ValueError(f"{MODE_ENV}: expected one of {MODES}, got {value!r}")
     return value

@@ -13,11 +13,10 @@ SwiftShader where said) as docs/webgpu.md and docs/reports/2026-12-01-webgpu-spe
 
 from __future__ import annotations
 
-import os
-
 from numr_web.backends.webgpu import group_norm_fused, group_norm_split, group_norm_split_nhwc, group_norm_thread
 from numr_web.backends.webgpu import group_norm_shared as shared
 from numr_web.backends.webgpu.group_norm_shared import STEP_CAP
+from numr_web.host import environ_reader
 
 #: Which work plan GroupNorm uses: "auto" (the rules below), "fused", "split" or "thread".
 #: None: the environment variable NUMR_WEB_WEBGPU_PLAN, read per call.
@@ -55,26 +54,9 @@ THREAD_MIN_GROUPS = 8
 THREAD_MAX_GROUP_BYTES = 24576 * 4
 
 
-def _environ_reader(key):
-    """A function returning the environment variable ``key`` (None when unset), as ``os.environ.get``
-    does: on CPython through the mapping's own dict, with the key encoded once.  os.environ.get
-    raises and catches a KeyError inside when the variable is unset (the usual case), and on every
-    GroupNorm call, right after a wait on cold caches, that was a visible part of the call's host
-    work on lavapipe (docs/reports/2026-12-03-webgpu-host-work.md)."""
-    env = os.environ
-    try:
-        data, raw, decode = env._data, env.encodekey(key), env.decodevalue
-    except AttributeError:  # not CPython's os._Environ
-        return lambda: env.get(key)
-
-    def read():
-        value = data.get(raw)
-        return None if value is None else decode(value)
-
-    return read
-
-
-_read_plan_env = _environ_reader("NUMR_WEB_WEBGPU_PLAN")
+# read per GroupNorm call: right after a wait on cold caches, os.environ.get's caught KeyError was a visible part
+# of the call's host work on lavapipe (docs/reports/2026-12-03-webgpu-host-work.md)
+_read_plan_env = environ_reader("NUMR_WEB_WEBGPU_PLAN")
 
 
 def plan_name() -> str:
