@@ -291,12 +291,18 @@ def _numpy_layout(x, weight, bias, num_groups, eps, activation, *others):
     return layout
 
 
+def _at_a_glance(x, weight, bias, num_groups, eps, activation, *others):
+    """``(backend, layout)`` of a call on plain NumPy arrays or on numr_web's own arrays that passes every check
+    at a glance, else None (the full checks then run)."""
+    layout = _numpy_layout(x, weight, bias, num_groups, eps, activation, *others)
+    if layout is not None:
+        return backend_for(x), layout
+    return _device_call(x, weight, bias, num_groups, eps, activation, *others)
+
+
 def group_norm_forward(x, weight, bias, num_groups, eps=1e-5, *, activation=None):
     """``(y, mean, rstd)`` for arrays; ``mean``/``rstd`` have shape ``(N, G)``."""
-    layout = _numpy_layout(x, weight, bias, num_groups, eps, activation)
-    if layout is not None:
-        return backend_for(x).group_norm_forward(x, weight, bias, num_groups, eps, activation, layout=layout)
-    fast = _device_call(x, weight, bias, num_groups, eps, activation)
+    fast = _at_a_glance(x, weight, bias, num_groups, eps, activation)
     if fast is not None:
         return fast[0].group_norm_forward(x, weight, bias, num_groups, eps, activation, layout=fast[1])
     x, weight, bias, num_groups, eps, activation = validate_forward(x, weight, bias, num_groups, eps, activation)
@@ -313,22 +319,12 @@ def group_norm_backward(dy, x, mean, rstd, weight, num_groups, *, bias=None, act
     counts as zero (right for a forward without one; for a forward with a
     bias, leaving it out gives the gradient of a different function).
     """
-    layout = _numpy_layout(x, weight, bias, num_groups, 0.0, activation, dy, mean, rstd)
-    if (
-        layout is not None
-        and dy.shape == x.shape
-        and mean.shape == rstd.shape == (x.shape[0], num_groups)
-        and layout_of(dy) == layout
-    ):
-        return backend_for(x).group_norm_backward(
-            dy, x, mean, rstd, weight, bias, num_groups, activation, layout=layout
-        )
-    fast = _device_call(x, weight, bias, num_groups, 0.0, activation, dy, mean, rstd)
+    fast = _at_a_glance(x, weight, bias, num_groups, 0.0, activation, dy, mean, rstd)
     if (
         fast is not None
         and dy.shape == x.shape
         and mean.shape == rstd.shape == (x.shape[0], num_groups)
-        and _kept_layout(dy) == fast[1]
+        and layout_of(dy) == fast[1]
     ):
         be, layout = fast
         return be.group_norm_backward(dy, x, mean, rstd, weight, bias, num_groups, activation, layout=layout)
