@@ -133,7 +133,7 @@ fn dx_plain(x: vec4<f32>, dy: vec4<f32>, R: Row, cf: vec4<f32>) -> vec4<f32> {
   return R.alpha * dz_of(dy, xc, R.scale, R.shift) + cf.y * xc + cf.x;
 }
 
-// dx of step u: dx_of where the group is rescaled (SCALED, a constant at each call), else dx_plain.
+// dx of step u: dx_of where the group is rescaled (`scaled`, a literal at each call site), else dx_plain.
 fn write_step(u: u32, R: Row, cf: vec4<f32>, scaled: bool) {
   if (U8) {
     let mx = ld8_X(u);

@@ -182,7 +182,7 @@ fn dx_plain(x: vec4<f32>, dy: vec4<f32>, k: Quad) -> vec4<f32> {
   return k.alpha * dz_of(dy, xc, k.scale, k.shift) + k.c1 * xc + k.c0;
 }
 
-// The thread's steps [t0, t1) from element u: dx_of (SCALED) or dx_plain for each.
+// The thread's steps [t0, t1) from element u: dx_of where `scaled` (a literal at each call site), else dx_plain.
 fn dx_steps(t0: u32, t1: u32, u0: u32, k0: Quad, k1: Quad, k2: Quad, k3: Quad, scaled: bool) -> u32 {
   let Q = p.C >> 2u;
   var u = u0;

@@ -58,7 +58,7 @@ fn dx_plain(x: vec4<f32>, dy: vec4<f32>, gr: GradGroup, scale: vec4<f32>, shift:
   return alpha * dz_of(dy, xc, scale, shift) + cf.y * xc + cf.x;
 }
 
-// dx of step u: dx_of where the group is rescaled (SCALED, a constant at each call), else dx_plain.
+// dx of step u: dx_of where the group is rescaled (`scaled`, a literal at each call site), else dx_plain.
 fn write_step(u: u32, gr: GradGroup, scale: vec4<f32>, shift: vec4<f32>, alpha: vec4<f32>, cf: vec3<f32>,
               scaled: bool) {
   if (U8) {
