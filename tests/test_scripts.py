@@ -299,6 +299,26 @@ def test_bench_table_prints_one_table_per_adapter(tmp_path):
     assert _run("bench-table", "--dir", str(tmp_path), "--summary", "--spread").returncode == 2
 
 
+def test_bench_table_takes_the_busy_machine_runs_from_one_file_each(tmp_path):
+    """The contended CPU row's runs come from one file per process (each started on an idle machine):
+    the cells are the medians over the files' runs, and --spread gives the ranges, torch's ratio too."""
+    for i, (f, total) in enumerate([(0.5, 0.9), (0.7, 1.6), (0.4, 0.2)], 1):
+        row = {"shape": [2, 1280, 16, 16], "fwd_of_copy": f, "bwd_of_copy": 0.3, "total_vs_torch": total}
+        doc = {"header": ["numr_web bench"], "rows": [row], "command": "numr-web bench --contend 2"}
+        (tmp_path / f"cpu-fused-nchw-contend2-{i}.json").write_text(json.dumps(doc))
+    out = _run("bench-table", "--dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    table = [line for line in out.stdout.splitlines() if line.startswith("| CPU")]
+    assert table == [
+        "| CPU fused, NCHW, 2 busy processes | - | - | 0.50 / 0.30 | - | - |",
+        "| CPU fused, NCHW, 2 busy processes: (f+b) time / torch's | - | - | 0.90 | - | - |",
+    ], out.stdout
+    assert "`docs/bench/cpu-fused-nchw-contend2-*.json` (3 files, a process each), 3 runs" in out.stdout, out.stdout
+    spread = _run("bench-table", "--dir", str(tmp_path), "--spread").stdout
+    assert "| - | - | 0.50 (0.40-0.70) / 0.30 | - | - |" in spread, spread
+    assert "torch's | - | - | 0.90 (0.20-1.60) | - | - |" in spread, spread
+
+
 def test_bench_table_puts_floor_rows_under_their_layout_and_dtype(tmp_path):
     """Files measured with --floor get a row of the floor kernels' ratios (medians over the runs)
     under their own row; files without the floor get none."""
