@@ -91,6 +91,7 @@ def test_bench_floor_rows_put_the_floor_beside_the_op(wg, tmp_path):  # noqa: F8
         assert row["floor_fwd_ms"] > 0 and row["floor_bwd_ms"] > 0, row
         for key in ("floor_fwd_of_copy", "floor_bwd_of_copy", "fwd_of_floor", "bwd_of_floor"):
             assert 0 < row[key] < 20, (key, row)
+        assert row["floor_forms"] == {"floor_fwd": "groups", "floor_bwd": "groups"}, row  # NCHW has one form
     (entry,) = doc["ranges"]
     vals = [rows[0]["floor_bwd_of_copy"] for rows in doc["runs"]]
     assert entry["floor_bwd_of_copy"] == [min(vals), max(vals)]
@@ -121,3 +122,6 @@ def test_bench_floor_times_the_channels_last_floor_beside_the_op(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = json.loads(out.read_text())["rows"]
     assert row["layout"] == "nhwc" and row["floor_fwd_of_copy"] > 0 and row["bwd_of_floor"] > 0, row
+    # which of the channels-last forms was the faster at setup, per direction (float32: a window or the split)
+    assert set(row["floor_forms"]) == {"floor_fwd", "floor_bwd"}, row
+    assert set(row["floor_forms"].values()) <= {"window", "split"}, row

@@ -1,4 +1,5 @@
-"""The channels-last floor kernels (numr_web/bench/floor.py with layout="nhwc", kernels/wgsl/floor_nhwc.wgsl):
+"""The channels-last floor kernels (numr_web/bench/floor.py with layout="nhwc", kernels/wgsl/floor_nhwc.wgsl and
+floor_nhwc_split.wgsl):
 they compute what they say (so their timings are of that work), refuse what they cannot walk, and compile
 on Dawn (the browser's WebGPU)."""
 
@@ -33,18 +34,42 @@ def _groups(a, groups):
     return a.reshape(a.shape[0] * groups, -1)  # a is logical NCHW: a group's channels are adjacent
 
 
-# form: which of the floor's forms runs (16-bit: quads one at a time, or in pairs where the shape allows)
+def _form_name(consts):
+    """A floor form by its constants: a window walked down the rows with quads one at a time or in pairs, or
+    the split plan's shape (partials, combine, output)."""
+    if "KQ" in consts:
+        return "split"
+    return "pairs" if consts["U8"] else "window"
+
+
+# form: which of the floor's forms runs (16-bit: quads one at a time, or in pairs where the shape allows; every
+# dtype: the split plan's shape)
 @pytest.mark.parametrize(
-    "dtype,form", [("float32", 0), ("float16", 0), ("float16", -1), ("bfloat16", 0), ("bfloat16", -1)]
+    "dtype,form",
+    [
+        ("float32", "window"),
+        ("float32", "split"),
+        ("float16", "window"),
+        ("float16", "pairs"),
+        ("float16", "split"),
+        ("bfloat16", "window"),
+        ("bfloat16", "pairs"),
+        ("bfloat16", "split"),
+    ],
 )
 @pytest.mark.parametrize("shape,groups", SHAPES)
 def test_nhwc_floor_kernels_compute_their_formulas(wg, dtype, shape, groups, form, monkeypatch):  # noqa: F811
     """floor_fwd: (x - mean) / sqrt(var + 1e-5) per group; floor_bwd: 0.5 dy + mean(dy x) x + mean(dy),
-    on channels-last arrays, in channels-last output (NumPy in float64 from the same stored values);
-    16-bit storage in each of its forms (quads one at a time, and in pairs where the shape allows)."""
+    on channels-last arrays, in channels-last output (NumPy in float64 from the same stored values), in each
+    form (16-bit storage: quads one at a time, and in pairs where the shape allows; the split plan's shape)."""
     from numr_web.bench import floor
 
-    monkeypatch.setattr(floor, "_fastest", lambda runs: runs[form])
+    def pick(runs):
+        found = [r for r in runs if _form_name(r.form) == form]
+        assert found or form == "pairs", [r.form for r in runs]  # pairs need a window of an even number of quads
+        return found[0] if found else runs[0]
+
+    monkeypatch.setattr(floor, "_fastest", pick)
 
     np_dtype = BFLOAT16 if dtype == "bfloat16" else np.dtype(dtype)
     rng = np.random.default_rng(11)
@@ -86,8 +111,9 @@ def test_the_floor_is_the_faster_form(wg):  # noqa: F811
     assert floor._fastest([fast, slow]) is fast
 
 
-def test_sixteen_bit_floors_have_both_forms_where_a_shape_allows(wg, monkeypatch):  # noqa: F811
-    """float16 at (2, 320, 4, 4), G=32 (cpg 10): windows of 5 quads one at a time, or 10 quads in pairs."""
+def test_sixteen_bit_floors_have_every_form_where_a_shape_allows(wg, monkeypatch):  # noqa: F811
+    """float16 at (2, 320, 4, 4), G=32 (cpg 10): windows of 5 quads one at a time, or 10 quads in pairs, or the
+    split plan's shape with its cut (KQ quads a thread, in pairs where KQ is even)."""
     from numr_web.bench import floor
 
     seen = []
@@ -96,7 +122,31 @@ def test_sixteen_bit_floors_have_both_forms_where_a_shape_allows(wg, monkeypatch
     floor.timed_callables(a, a, 32, layout="nhwc")
     assert len(seen) == 2  # forward and backward
     for forms in seen:
-        assert [(f["Q"], f["U8"]) for f in forms] == [(5, False), (10, True)], forms
+        assert [(f["Q"], f["U8"]) for f in forms[:2]] == [(5, False), (10, True)], forms
+        assert _form_name(forms[2]) == "split" and forms[2]["U8"] == (forms[2]["KQ"] % 2 == 0), forms
+
+
+def test_floor_forms_are_named_by_their_constants(wg):  # noqa: F811
+    """The name a bench row gives each form (``floor_forms``) follows from the form's constants."""
+    from numr_web.bench import floor
+
+    last = wg.from_numpy(nhwc(np.ones((2, 320, 4, 4), np.float16)))
+    forms = [floor.form_name(r) for r in _all_forms(floor, last, 32, "nhwc")]
+    assert forms == ["window", "window, pairs", "split"], forms
+    plain = wg.from_numpy(np.ones((2, 64, 4, 4), np.float32))
+    assert [floor.form_name(r) for r in _all_forms(floor, plain, 32, "nchw")] == ["groups"]
+
+
+def _all_forms(floor, a, groups, layout):
+    """Every form's forward callable, as timed_callables offers them to ``_fastest``."""
+    seen = []
+    real = floor._fastest
+    floor._fastest = lambda runs: seen.extend(runs) or runs[0]
+    try:
+        fns = floor.timed_callables(a, a, groups, layout=layout)
+    finally:
+        floor._fastest = real
+    return seen[: len(seen) // 2] if seen else [fns["floor_fwd"]]
 
 
 def test_nhwc_floor_kernels_refuse_what_they_cannot_walk(wg):  # noqa: F811
@@ -139,7 +189,7 @@ def test_nhwc_floor_kernels_compile_on_dawn(wg, tmp_path):  # noqa: F811
                     fn()
     finally:
         configure()
-    variants = [v for v in rec.variants.values() if "FloorNhwc" in v["code"]]
+    variants = [v for v in rec.variants.values() if "FloorNhwc" in v["code"] or "FloorSplit" in v["code"]]
     path = tmp_path / "variants.json"
     path.write_text(json.dumps(variants))
     out = subprocess.run(

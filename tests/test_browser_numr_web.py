@@ -726,9 +726,12 @@ def test_browser_bench_times_the_layout_asked_for(wheel):
     rows = json.loads(out_json.read_text())["rows"]
     assert [(r["layout"], r["dtype"], r["shape"]) for r in rows] == [("nhwc", "float32", [1, 64, 16, 16])], rows
     assert rows[0]["forward_ms"] > 0 and (rows[0]["backward_ms"] or 0) > 0, rows
-    for name in ("floor_forward", "floor_backward"):  # --floor: floor_nhwc.wgsl's kernels, same rounds
+    for name in ("floor_forward", "floor_backward"):  # --floor: the channels-last floor kernels, same rounds
         assert rows[0][f"{name}_ms"] > 0 and 0 < rows[0][f"{name}_of_copy"] < 10, rows
         assert name not in rows[0]["failed"], rows
+    # the faster of its forms at setup, per direction: a window down the rows or the split plan's shape
+    assert set(rows[0]["floor_forms"]) == {"floor_fwd", "floor_bwd"}, rows
+    assert set(rows[0]["floor_forms"].values()) <= {"window", "split"}, rows
     printed = [line for line in out.stdout.splitlines() if line.startswith("1,64,16,16 G=8 ")]
     assert len(printed) == 1 and "nhwc" in printed[0] and "nchw" not in printed[0], out.stdout
 

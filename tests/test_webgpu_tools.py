@@ -64,6 +64,28 @@ def test_host_time_prints_the_op_the_backend_and_the_floor(wg):  # noqa: F811
     assert bad.returncode == 2 and "--calls" in bad.stderr
 
 
+def test_host_time_floor_is_one_dispatch_a_call(wg):  # noqa: F811
+    """The host-work floor is the least call's: channels-last too, it offers only the one-dispatch forms (not the
+    split shape's three dispatches, which the throughput floor may pick)."""
+    import numpy as np
+
+    from numr_web.bench import floor, webgpu_host
+    from numr_web.memory_layout import as_channels_last
+
+    x = wg.from_numpy(as_channels_last(np.ones((2, 64, 8, 8), np.float32)))
+    w = wg.from_numpy(np.ones(64, np.float32))
+    host = webgpu_host.callables(x, x, w, w, 8, "nhwc")
+    assert {floor.form_name(host[name]) for name in floor.NAMES} == {"window"}
+    seen = []
+    real = floor._fastest
+    floor._fastest = lambda runs: seen.extend(floor.form_name(r) for r in runs) or runs[0]
+    try:
+        floor.timed_callables(x, x, 8, "nhwc")  # the throughput floor: the split shape is a candidate
+    finally:
+        floor._fastest = real
+    assert "split" in seen, seen
+
+
 def test_host_time_summarizes_saved_runs(tmp_path):
     """--summarize: per table heading and shape, the median of the runs' cells and their range; '-' cells
     (no floor for the shape) stay out; a missing file is a usage error naming --summarize."""

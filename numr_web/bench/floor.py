@@ -16,18 +16,27 @@ that shape gets on the adapter; the op's over theirs, how much the op's
 numerics and launches cost on top.  They compute no GroupNorm: nothing reads
 their output.
 
-Channels-last (``layout="nhwc"``, ``floor_nhwc.wgsl``): a group is a strided slab (cpg adjacent
-channels of every position); one invocation walks a window of whole groups and whole channel
-quads of one sample (at least 16 channels where C allows) down its rows twice: per-channel plain
-sums (per group where a group is whole quads), folded into the groups, then the output.  16-bit
-storage has two forms: quads loaded one at a time, or in pairs (16 bytes a load, as the channels-last
-split plan loads them) in windows doubled where that makes their quads even; whichever a few timed
-calls at setup find faster is the floor (neither wins everywhere).
+Channels-last (``layout="nhwc"``): a group is a strided slab (cpg adjacent channels of every
+position), and the least work has more than one shape, so there are several forms, and whichever a
+few timed calls at setup find faster is the floor (none wins everywhere):
+
+* a window (``floor_nhwc.wgsl``): one invocation walks a window of whole groups and whole channel
+  quads of one sample (at least 16 channels where C allows) down its rows twice: per-channel plain
+  sums (per group where a group is whole quads), folded into the groups, then the output; 16-bit
+  storage also with quads in pairs (16 bytes a load, as the channels-last split plan loads them) in
+  windows doubled where that makes their quads even.  Suits lavapipe.
+* the split plan's shape (``floor_nhwc_split.wgsl``, its cut the op's own ``NhwcSplitPlan``): many
+  short threads, each KQ quads over a tile of positions, writing per-channel partial sums; one thread
+  per group adds them; the tile again for the output.  Suits SwiftShader, which ran the op up to 2.7
+  times as fast as the window form.
+
+``form_name`` says which form a callable runs (the bench rows' ``floor_forms``).
 """
 
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
 #: the timed callables' names, in the order they are timed
 NAMES = ("floor_fwd", "floor_bwd")
@@ -108,13 +117,15 @@ def _check_nhwc(x, dy, groups, pairs=False):
     return n * c // window, q, cpg * hw, u8
 
 
-def timed_callables(x, dy, groups, layout="nchw") -> dict:
+def timed_callables(x, dy, groups, layout="nchw", *, split=True) -> dict:
     """``{name: callable}`` for ``NAMES`` on the WebGPU arrays x and dy, one dtype; each call
     returns its output array.  ``layout="nchw"``: C-ordered arrays, H*W a multiple of 4, groups
     within lavapipe's loop limit (``floor.wgsl``); ``"nhwc"``: channels-last arrays with C a
-    multiple of 4, blocks of whole channel quads (``floor_nhwc.wgsl``)."""
+    multiple of 4, blocks of whole channel quads (``floor_nhwc.wgsl``) or the split plan's cut
+    (``floor_nhwc_split.wgsl``), the faster at setup; ``split=False`` leaves the split form out (one dispatch
+    a call: ``numr_web.bench.webgpu_host``'s floor is the host work of the least call, not of the fastest)."""
     from numr_web.backends.webgpu import array_kernels
-    from numr_web.backends.webgpu.device import grid
+    from numr_web.backends.webgpu.device import Scratch, grid
     from numr_web.backends.webgpu.group_norm_launch import X8_KEYS
 
     if layout not in ("nchw", "nhwc"):
@@ -127,43 +138,66 @@ def timed_callables(x, dy, groups, layout="nchw") -> dict:
             paired = _nhwc_form(x, dy, groups, key, True)
             if paired is not None and paired != forms[0]:
                 forms.append(paired)
+        split_form = _nhwc_split_form(x, groups, key) if split else None
+        if split_form is not None:
+            forms.append(split_form)
     else:
         ngroups, m = _check(x, dy, groups)
         key = x.ctx.dtype_key(x.dtype.name)
         u8 = key in X8_KEYS and m % 8 == 0  # 16-bit: 8 elements (16 bytes) per load, as the split plan
         params = struct.pack("<2If4x", ngroups, m // (8 if u8 else 4), 1.0 / m)
-        forms = [("floor.wgsl", {"WG": FLOOR_WG, "U8": u8}, X8_KEYS[key] if u8 else key, params, ngroups)]
+        forms = [_one_pass("floor.wgsl", {"WG": FLOOR_WG, "U8": u8}, X8_KEYS[key] if u8 else key, params, ngroups)]
     ctx = x.ctx
     out = array_kernels.empty_like(x)
 
-    def call(form, entry, arrays):
-        # the least any call can do: its pipeline, parameters and bind group made once, each call one
-        # transport call that records the dispatch and submits it (as a kept GroupNorm recipe's call)
-        kernel, consts, key, params, count = form
-        held = ctx.params_buffer(params)
+    def call(form, direction, arrays):
+        # the least any call can do: its pipelines, parameters and bind groups made once, each call one
+        # transport call that records the dispatches and submits them (as a kept GroupNorm recipe's call)
+        held = ctx.params_buffer(form.params)
         binds = [(a.buffer, 0, min(a.buffer.size, ctx.max_binding)) for a in arrays]
-        pipe = ctx.pipeline(kernel, entry, {"X": key, "DY": key, "OUT": key}, consts)
-        group = ctx.bind_group(pipe, [*binds, (held.buffer, 0, held.size)])
-        prepared = ctx.transport.prepare_dispatches(ctx.dev, [(pipe, group, grid(-(-count // FLOOR_WG)))])
+        binds.append((held.buffer, 0, held.size))
+        scratch = [Scratch(ctx, nbytes) for nbytes in form.scratch]
+        binds += [(s.buffer, 0, min(s.size, ctx.max_binding)) for s in scratch]
+        steps = []
+        for entry, count in form.launches[direction]:
+            pipe = ctx.pipeline(form.kernel, entry, {"X": form.key, "DY": form.key, "OUT": form.key}, form.consts)
+            steps.append((pipe, ctx.bind_group(pipe, binds), grid(-(-count // form.consts["WG"]))))
+        prepared = ctx.transport.prepare_dispatches(ctx.dev, steps)
 
         def run():
             ctx.transport.submit_dispatches(ctx.dev, prepared)
             return out
 
         run.arrays = arrays  # held by the call: a freed array's buffer goes back to the pool for reuse
-        run.held = held
-        run.form = consts
+        run.held = (held, scratch)
+        run.form = form.consts
         return run
 
     # the forward binds x as DY too (it reads only X)
     fns = {}
-    for name, entry, arrays in (
-        ("floor_fwd", "floor_forward", (x, x, out)),
-        ("floor_bwd", "floor_backward", (x, dy, out)),
-    ):
-        runs = [call(form, entry, arrays) for form in forms]
+    for name, arrays in (("floor_fwd", (x, x, out)), ("floor_bwd", (x, dy, out))):
+        runs = [call(form, name, arrays) for form in forms]
         fns[name] = runs[0] if len(runs) == 1 else _fastest(runs)
     return fns
+
+
+class Form(NamedTuple):
+    """One shape of a floor kernel: its WGSL file, constants, storage key and parameter block; per direction
+    (``floor_fwd``, ``floor_bwd``) its dispatches, ``(entry, invocations)`` each; the scratch buffers it binds
+    after the parameters (bytes each)."""
+
+    kernel: str
+    consts: dict
+    key: str
+    params: bytes
+    launches: dict
+    scratch: tuple = ()
+
+
+def _one_pass(kernel, consts, key, params, count):
+    """A form of one dispatch per direction (``floor_forward`` / ``floor_backward``) of ``count`` invocations."""
+    launches = {"floor_fwd": [("floor_forward", count)], "floor_bwd": [("floor_backward", count)]}
+    return Form(kernel, consts, key, params, launches)
 
 
 def _nhwc_form(x, dy, groups, key, pairs):
@@ -183,7 +217,36 @@ def _nhwc_form(x, dy, groups, key, pairs):
     qg = cpg // 4 if cpg % 4 == 0 else 0  # a group of whole quads: one running sum per group (fewer live values)
     params = struct.pack("<5If12x", windows, hw, c // 4, c // (4 * q), cpg, 1.0 / m)
     consts = {"WG": FLOOR_WG, "Q": q, "U8": u8, "QG": qg}
-    return "floor_nhwc.wgsl", consts, X8_KEYS[key] if u8 else key, params, windows
+    return _one_pass("floor_nhwc.wgsl", consts, X8_KEYS[key] if u8 else key, params, windows)
+
+
+def _nhwc_split_form(x, groups, key):
+    """The channels-last floor in the split plan's work shape (``floor_nhwc_split.wgsl``: many short threads,
+    partials, a combine per group, the output), its cut the op's own (``NhwcSplitPlan``), or None where the
+    split plan cannot cut this shape."""
+    from numr_web.backends.webgpu.group_norm_shared import GroupPlan, x8_key
+    from numr_web.backends.webgpu.group_norm_split_nhwc import NhwcSplitPlan
+
+    ctx = x.ctx
+    plan = GroupPlan(x, groups, "nhwc", ctx.cpu_adapter)
+    try:
+        sp = NhwcSplitPlan(plan, ctx.cpu_adapter)
+    except ValueError:
+        return None
+    n, c = x.shape[:2]
+    threads = n * sp.P * sp.A
+    ngroups = n * groups
+    key8 = x8_key(key, sp.KQ % 2 == 0)  # quads in pairs (16 bytes a load), as the split plan loads them
+    params = struct.pack(
+        "<9If8x", threads, plan.HW, c // 4, sp.A, sp.P, sp.tile, plan.channels_per_group, groups, ngroups, 1.0 / plan.M
+    )
+    consts = {"WG": sp.wg, "KQ": sp.KQ, "U8": key8 != key}
+    launches = {
+        f"floor_{d}": [(f"{d}_partials", threads), (f"{d}_combine", ngroups), (f"{d}_apply", threads)]
+        for d in ("fwd", "bwd")
+    }
+    scratch = (n * sp.P * (c // 4) * 32, ngroups * 8)  # two vec4 per (n, tile, quad); a vec2 per group
+    return Form("floor_nhwc_split.wgsl", consts, key8, params, launches, scratch)
 
 
 #: calls each candidate form of a floor kernel is timed for at setup (after two untimed ones)
@@ -211,6 +274,18 @@ def _fastest(runs):
         return statistics.median(times)
 
     return min(runs, key=median_s)
+
+
+def form_name(run) -> str:
+    """Which form a floor callable runs: ``"groups"`` (NCHW, an invocation per group), ``"window"`` or
+    ``"window, pairs"`` (channels-last, a window of groups walked down the rows, 16-bit quads one at a time or in
+    pairs), ``"split"`` (channels-last, the split plan's shape)."""
+    consts = run.form
+    if "KQ" in consts:
+        return "split"
+    if "Q" in consts:
+        return "window, pairs" if consts["U8"] else "window"
+    return "groups"
 
 
 def row_fields(samples: dict, row: dict) -> dict:

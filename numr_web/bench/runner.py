@@ -325,6 +325,7 @@ def _measure(case, repeat, args, be, device, torch_side):
         from numr_web.bench import floor
 
         row.update(floor.row_fields(samples, row))
+        row["floor_forms"] = {name: floor.form_name(case["fns"][name]) for name in floor.NAMES}
     # fraction of the copy's throughput (bytes per second), per round: forward moves 2 x-sizes
     # of bytes, backward 3, the copy 2
     row["fwd_of_copy"] = median_throughput_ratio(samples, "fwd", row["fwd_bytes"], "copy", row["copy_bytes"])

@@ -74,7 +74,8 @@ def callables(x, dy, w, b, groups, layout="nchw") -> dict:
         "backend_bwd": lambda: be.group_norm_backward(dy, x, mean, rstd, w, b, groups, layout=layout),
     }
     try:
-        fns.update(floor.timed_callables(x, dy, groups, layout))
+        # one dispatch a call (channels-last: not the split form's three): the least host work any call has
+        fns.update(floor.timed_callables(x, dy, groups, layout, split=False))
     except ValueError:  # a shape the floor kernels do not take: the row has no ratios
         pass
     return fns
