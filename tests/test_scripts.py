@@ -299,6 +299,35 @@ def test_bench_table_prints_one_table_per_adapter(tmp_path):
     assert _run("bench-table", "--dir", str(tmp_path), "--summary", "--spread").returncode == 2
 
 
+def _tables(text):
+    """The Markdown tables of ``text``: runs of lines starting with "|", each as one string."""
+    found, run = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            run.append(line)
+        elif run:
+            found.append("\n".join(run))
+            run = []
+    return found
+
+
+def test_readme_and_docs_speed_tables_are_what_bench_table_prints():
+    """README's speed table and its notes, and every table of docs/benchmarks.md's throughput and floor sections,
+    are what ``scripts/bench-table`` prints from docs/bench/ now: a file measured again without its tables copied
+    (or tables edited by hand) fails here."""
+    root = SCRIPTS.parent
+    summary = _run("bench-table", "--summary")
+    assert summary.returncode == 0, summary.stderr
+    block = summary.stdout.split("\n\n", 1)[1].strip()  # the table and its notes, without the title
+    assert block in (root / "README.md").read_text(), block
+    docs = _tables((root / "docs" / "benchmarks.md").read_text())
+    for args in ((), ("--of-floor",)):
+        out = _run("bench-table", *args)
+        assert out.returncode == 0, out.stderr
+        for table in _tables(out.stdout):
+            assert table in docs, f"bench-table {' '.join(args)} prints a table docs/benchmarks.md lacks:\n{table}"
+
+
 def test_bench_table_takes_the_busy_machine_runs_from_one_file_each(tmp_path):
     """The contended CPU row's runs come from one file per process (each started on an idle machine):
     the cells are the medians over the files' runs, and --spread gives the ranges, torch's ratio too."""
