@@ -20,9 +20,7 @@ struct FloorSplit {
 @group(0) @binding(4) var<storage, read_write> PART: array<vec4<f32>>;  // (n, tile, quad): 2 vec4 each
 @group(0) @binding(5) var<storage, read_write> COEF: array<vec2<f32>>;  // (n, g)
 
-fn thread_id(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
-  return (wid.y * nwg.x + wid.x) * WG + lid;
-}
+//!include grid_thread.wgsl
 
 // (first quad of the thread's row 0, first position, end position, n * tiles + tile) of thread t
 fn cut(t: u32) -> vec4<u32> {
@@ -189,35 +187,35 @@ fn apply(t: u32, bwd: bool) {
 @compute @workgroup_size(WG)
 fn fwd_partials(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
-  partials(thread_id(wid, nwg, lid), false);
+  partials(thread_index(wid, nwg, lid), false);
 }
 
 @compute @workgroup_size(WG)
 fn fwd_combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
-  combine(thread_id(wid, nwg, lid), false);
+  combine(thread_index(wid, nwg, lid), false);
 }
 
 @compute @workgroup_size(WG)
 fn fwd_apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
-  apply(thread_id(wid, nwg, lid), false);
+  apply(thread_index(wid, nwg, lid), false);
 }
 
 @compute @workgroup_size(WG)
 fn bwd_partials(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
-  partials(thread_id(wid, nwg, lid), true);
+  partials(thread_index(wid, nwg, lid), true);
 }
 
 @compute @workgroup_size(WG)
 fn bwd_combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
-  combine(thread_id(wid, nwg, lid), true);
+  combine(thread_index(wid, nwg, lid), true);
 }
 
 @compute @workgroup_size(WG)
 fn bwd_apply(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
-  apply(thread_id(wid, nwg, lid), true);
+  apply(thread_index(wid, nwg, lid), true);
 }

@@ -4,9 +4,7 @@
 
 const UNIT_SH: u32 = select(2u, 3u, U8);  // log2 of the elements in a step
 
-fn thread_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
-  return (wid.y * nwg.x + wid.x) * WG + lid;
-}
+//!include grid_thread.wgsl
 
 // The thread's p.A consecutive items [first, last) of count (first == last: none).
 fn thread_items(wid: vec3<u32>, nwg: vec3<u32>, lid: u32, count: u32) -> vec2<u32> {

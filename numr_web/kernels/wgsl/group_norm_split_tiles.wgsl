@@ -3,9 +3,7 @@
 // of p.A per row) over tile pc (of p.P) of consecutive positions of sample nl of the chunk.
 // Needs Params p and the constants WG, KQ.
 
-fn thread_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
-  return (wid.y * nwg.x + wid.x) * WG + lid;
-}
+//!include grid_thread.wgsl
 
 // A thread's cut: sample nl of the chunk, tile pc, first quad q0, positions [t0, t1), and the
 // vec4 index of (nl, t0, q0) in X.
