@@ -11,7 +11,7 @@ import subprocess
 import numpy as np
 import pytest
 from test_webgpu_dawn import HERE, Recorder, _dawn_env
-from webgpu_support import nhwc, wg  # noqa: F401  (fixture)
+from webgpu_support import floor_candidates, nhwc, wg  # noqa: F401  (fixture)
 
 from numr_web.dtypes import BFLOAT16
 
@@ -32,14 +32,6 @@ SHAPES = [
 def _groups(a, groups):
     a = np.asarray(a, np.float64)
     return a.reshape(a.shape[0] * groups, -1)  # a is logical NCHW: a group's channels are adjacent
-
-
-def _form_name(consts):
-    """A floor form by its constants: a window walked down the rows with quads one at a time or in pairs, or
-    the split plan's shape (partials, combine, output)."""
-    if "KQ" in consts:
-        return "split"
-    return "pairs" if consts["U8"] else "window"
 
 
 # form: which of the floor's forms runs (16-bit: quads one at a time, or in pairs where the shape allows; every
@@ -65,7 +57,7 @@ def test_nhwc_floor_kernels_compute_their_formulas(wg, dtype, shape, groups, for
     from numr_web.bench import floor
 
     def pick(runs):
-        found = [r for r in runs if _form_name(r.form) == form]
+        found = [r for r in runs if floor.form_name(r) == form]
         assert found or form == "pairs", [r.form for r in runs]  # pairs need a window of an even number of quads
         return found[0] if found else runs[0]
 
@@ -116,37 +108,28 @@ def test_sixteen_bit_floors_have_every_form_where_a_shape_allows(wg, monkeypatch
     split plan's shape with its cut (KQ quads a thread, in pairs where KQ is even)."""
     from numr_web.bench import floor
 
-    seen = []
-    monkeypatch.setattr(floor, "_fastest", lambda runs: seen.append([r.form for r in runs]) or runs[0])
     a = wg.from_numpy(nhwc(np.ones((2, 320, 4, 4), np.float16)))
+    forms = floor_candidates(monkeypatch, a, a, 32, "nhwc")
+    assert [(f.form["Q"], f.form["U8"]) for f in forms[:2]] == [(5, False), (10, True)], [f.form for f in forms]
+    split = forms[2]
+    assert floor.form_name(split) == "split" and split.form["U8"] == (split.form["KQ"] % 2 == 0), split.form
+    # the forward and the backward are offered the same forms
+    seen = []
+    monkeypatch.setattr(floor, "_fastest", lambda runs: seen.append([floor.form_name(r) for r in runs]) or runs[0])
     floor.timed_callables(a, a, 32, layout="nhwc")
-    assert len(seen) == 2  # forward and backward
-    for forms in seen:
-        assert [(f["Q"], f["U8"]) for f in forms[:2]] == [(5, False), (10, True)], forms
-        assert _form_name(forms[2]) == "split" and forms[2]["U8"] == (forms[2]["KQ"] % 2 == 0), forms
+    assert seen == [["window", "window, pairs", "split"]] * 2, seen
 
 
-def test_floor_forms_are_named_by_their_constants(wg):  # noqa: F811
-    """The name a bench row gives each form (``floor_forms``) follows from the form's constants."""
+def test_floor_forms_are_named_by_their_kind(wg, monkeypatch):  # noqa: F811
+    """The name a bench row gives each form (``floor_forms``): the window walked down the rows (16-bit: quads one
+    at a time or in pairs), the split plan's shape, or the NCHW group per invocation."""
     from numr_web.bench import floor
 
     last = wg.from_numpy(nhwc(np.ones((2, 320, 4, 4), np.float16)))
-    forms = [floor.form_name(r) for r in _all_forms(floor, last, 32, "nhwc")]
+    forms = [floor.form_name(r) for r in floor_candidates(monkeypatch, last, last, 32, "nhwc")]
     assert forms == ["window", "window, pairs", "split"], forms
     plain = wg.from_numpy(np.ones((2, 64, 4, 4), np.float32))
-    assert [floor.form_name(r) for r in _all_forms(floor, plain, 32, "nchw")] == ["groups"]
-
-
-def _all_forms(floor, a, groups, layout):
-    """Every form's forward callable, as timed_callables offers them to ``_fastest``."""
-    seen = []
-    real = floor._fastest
-    floor._fastest = lambda runs: seen.extend(runs) or runs[0]
-    try:
-        fns = floor.timed_callables(a, a, groups, layout=layout)
-    finally:
-        floor._fastest = real
-    return seen[: len(seen) // 2] if seen else [fns["floor_fwd"]]
+    assert [floor.form_name(r) for r in floor_candidates(monkeypatch, plain, plain, 32, "nchw")] == ["groups"]
 
 
 def test_nhwc_floor_kernels_refuse_what_they_cannot_walk(wg):  # noqa: F811

@@ -81,3 +81,14 @@ def work_shapes(request):
         yield request.param
     finally:
         ctx.cpu_adapter, gl.PLAN, gl.SPLIT_PIECE_STEPS, gl.INLINE_REDO_STEPS = saved
+
+
+def floor_candidates(monkeypatch, a, dy, groups, layout, **kw):
+    """The forward callables of every form ``numr_web.bench.floor.timed_callables`` offers for these arrays (the
+    runs it hands to ``_fastest``; a single form's callable where there is nothing to choose between)."""
+    from numr_web.bench import floor
+
+    seen = []
+    monkeypatch.setattr(floor, "_fastest", lambda runs: seen.append(runs) or runs[0])
+    fns = floor.timed_callables(a, dy, groups, layout, **kw)
+    return seen[0] if seen else [fns["floor_fwd"]]

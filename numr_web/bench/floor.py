@@ -146,7 +146,8 @@ def timed_callables(x, dy, groups, layout="nchw", *, split=True) -> dict:
         key = x.ctx.dtype_key(x.dtype.name)
         u8 = key in X8_KEYS and m % 8 == 0  # 16-bit: 8 elements (16 bytes) per load, as the split plan
         params = struct.pack("<2If4x", ngroups, m // (8 if u8 else 4), 1.0 / m)
-        forms = [_one_pass("floor.wgsl", {"WG": FLOOR_WG, "U8": u8}, X8_KEYS[key] if u8 else key, params, ngroups)]
+        consts = {"WG": FLOOR_WG, "U8": u8}
+        forms = [_one_pass("groups", "floor.wgsl", consts, X8_KEYS[key] if u8 else key, params, ngroups)]
     ctx = x.ctx
     out = array_kernels.empty_like(x)
 
@@ -171,6 +172,7 @@ def timed_callables(x, dy, groups, layout="nchw", *, split=True) -> dict:
         run.arrays = arrays  # held by the call: a freed array's buffer goes back to the pool for reuse
         run.held = (held, scratch)
         run.form = form.consts
+        run.form_name = form.name
         return run
 
     # the forward binds x as DY too (it reads only X)
@@ -182,10 +184,11 @@ def timed_callables(x, dy, groups, layout="nchw", *, split=True) -> dict:
 
 
 class Form(NamedTuple):
-    """One shape of a floor kernel: its WGSL file, constants, storage key and parameter block; per direction
-    (``floor_fwd``, ``floor_bwd``) its dispatches, ``(entry, invocations)`` each; the scratch buffers it binds
-    after the parameters (bytes each)."""
+    """One shape of a floor kernel: its name (``form_name``), WGSL file, constants, storage key and parameter
+    block; per direction (``floor_fwd``, ``floor_bwd``) its dispatches, ``(entry, invocations)`` each; the scratch
+    buffers it binds after the parameters (bytes each)."""
 
+    name: str
     kernel: str
     consts: dict
     key: str
@@ -194,10 +197,10 @@ class Form(NamedTuple):
     scratch: tuple = ()
 
 
-def _one_pass(kernel, consts, key, params, count):
+def _one_pass(name, kernel, consts, key, params, count):
     """A form of one dispatch per direction (``floor_forward`` / ``floor_backward``) of ``count`` invocations."""
     launches = {"floor_fwd": [("floor_forward", count)], "floor_bwd": [("floor_backward", count)]}
-    return Form(kernel, consts, key, params, launches)
+    return Form(name, kernel, consts, key, params, launches)
 
 
 def _nhwc_form(x, dy, groups, key, pairs):
@@ -217,7 +220,8 @@ def _nhwc_form(x, dy, groups, key, pairs):
     qg = cpg // 4 if cpg % 4 == 0 else 0  # a group of whole quads: one running sum per group (fewer live values)
     params = struct.pack("<5If12x", windows, hw, c // 4, c // (4 * q), cpg, 1.0 / m)
     consts = {"WG": FLOOR_WG, "Q": q, "U8": u8, "QG": qg}
-    return _one_pass("floor_nhwc.wgsl", consts, X8_KEYS[key] if u8 else key, params, windows)
+    name = "window, pairs" if u8 else "window"
+    return _one_pass(name, "floor_nhwc.wgsl", consts, X8_KEYS[key] if u8 else key, params, windows)
 
 
 def _nhwc_split_form(x, groups, key):
@@ -246,7 +250,7 @@ def _nhwc_split_form(x, groups, key):
         for d in ("fwd", "bwd")
     }
     scratch = (n * sp.P * (c // 4) * 32, ngroups * 8)  # two vec4 per (n, tile, quad); a vec2 per group
-    return Form("floor_nhwc_split.wgsl", consts, key8, params, launches, scratch)
+    return Form("split", "floor_nhwc_split.wgsl", consts, key8, params, launches, scratch)
 
 
 #: calls each candidate form of a floor kernel is timed for at setup (after two untimed ones)
@@ -280,12 +284,7 @@ def form_name(run) -> str:
     """Which form a floor callable runs: ``"groups"`` (NCHW, an invocation per group), ``"window"`` or
     ``"window, pairs"`` (channels-last, a window of groups walked down the rows, 16-bit quads one at a time or in
     pairs), ``"split"`` (channels-last, the split plan's shape)."""
-    consts = run.form
-    if "KQ" in consts:
-        return "split"
-    if "Q" in consts:
-        return "window, pairs" if consts["U8"] else "window"
-    return "groups"
+    return run.form_name
 
 
 def row_fields(samples: dict, row: dict) -> dict:
