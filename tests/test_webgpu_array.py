@@ -207,3 +207,25 @@ def test_numpy_operands_are_refused_not_silently_copied(wg):
         d + np.ones(3, np.float32)
     with pytest.raises(TypeError):
         np.ones(3, np.float32) + d
+
+
+@pytest.mark.parametrize("dtype", [np.float16, BFLOAT16])
+def test_dense_conversions_run_their_own_small_kernel(wg, rng, monkeypatch, dtype):
+    """A dense astype runs convert.wgsl, not the elementwise kernel with its switch over every operation (what a
+    first 16-bit call compiles: SwiftShader takes a few ms for it against about 0.1 s, scripts/pipeline-compile-times),
+    with the strided copy's bits."""
+    from numr_web.backends.webgpu import array_kernels, device
+
+    ctx = device.context()
+    d = wg.from_numpy(nhwc(rng.standard_normal((2, 12, 5, 3)).astype(np.float32) * 1e3))
+    seen = []
+    inner = ctx.launch
+    monkeypatch.setattr(ctx, "launch", lambda kernel, *a, **k: (seen.append(kernel), inner(kernel, *a, **k))[1])
+    dense = d.astype(dtype)
+    assert seen == ["convert.wgsl"] and dense.strides == array_kernels.empty_like(d, dtype).strides
+    strided = array_kernels.convert(d, dtype, c_order=True)  # into another layout: the elementwise kernel
+    assert seen == ["convert.wgsl", "elementwise.wgsl"]
+    got, ref = wg.to_numpy(dense), wg.to_numpy(strided)
+    assert np.array_equal(np.ascontiguousarray(got).view(np.uint16), np.ascontiguousarray(ref).view(np.uint16))
+    back = d.astype(dtype).astype(np.float32)  # and back to float32: the same kernel, the values it was given
+    assert np.array_equal(wg.to_numpy(back), got.astype(np.float32))

@@ -24,6 +24,11 @@ def _elementwise_key(a, b, y, flat=True):
 FILL_F32 = _elementwise_key("f32", "f32", "f32")
 
 
+def _convert_key(a, y):
+    """(kernel, entry, dtypes, constants) of a dense copy from storage format ``a`` to ``y`` (``convert.wgsl``)."""
+    return ("convert.wgsl", "main", {"A": a, "Y": y}, {})
+
+
 def _casts(k, f="f32"):
     """The (A, B, Y) formats of the copies converting storage format ``k`` to float32 and back."""
     return ((k, f, f), (f, k, k))
@@ -35,8 +40,10 @@ def variant_keys(ctx, dtype):
     conversions to and from float32, sums (whose partial sums are float32)."""
     k, f = _key(ctx, dtype), "f32"
     out = []
-    for a, b, y in {(k, k, k), (f, f, f), *_casts(k)}:  # same dtype; converting copies
+    for a, b, y in {(k, k, k), (f, f, f)}:  # arithmetic
         out += [_elementwise_key(a, b, y, flat) for flat in (True, False)]
+    for a, b, y in {(k, k, k), (f, f, f), *_casts(k)}:  # copies, converting or not: dense, and strided
+        out += [_convert_key(a, y), _elementwise_key(a, b, y, False)]
     out += [("reduce.wgsl", "main", {"A": a, "Y": y}, {}) for a, y in {(k, k), (k, f), (f, k), (f, f)}]
     return out
 
@@ -46,7 +53,7 @@ def conversion_keys(ctx, dtype):
     float32, both ways (a 16-bit array made from float32 values, a 16-bit result read as float32):
     none for float32."""
     k = _key(ctx, dtype)
-    return [] if k == "f32" else [_elementwise_key(a, b, y) for a, b, y in _casts(k)]
+    return [] if k == "f32" else [_convert_key(a, y) for a, _b, y in _casts(k)]
 
 
 def empty(ctx, shape, dtype, strides=None) -> WebGPUArray:
@@ -103,6 +110,18 @@ def _elementwise(ctx, code, y, a, b, scalar=0.0, meta_shape=None, sa=None, sb=No
     binds = [(buf, 0, _whole(ctx, buf)) for buf in buffers]
     units = -(-count // 4)
     ctx.launch("elementwise.wgsl", "main", dtypes, {"FLAT": flat}, binds, -(-units // 256), meta)
+    return y
+
+
+def _dense_copy(ctx, y, a):
+    """``a``'s elements into ``y`` (dense, the same shape and layout), converted to ``y``'s storage format."""
+    count = y.size
+    if count == 0:
+        return y
+    dtypes = {"A": _key(ctx, a.dtype), "Y": _key(ctx, y.dtype)}
+    binds = [(buf, 0, _whole(ctx, buf)) for buf in (a.buffer, y.buffer)]
+    units = -(-count // 4)
+    ctx.launch("convert.wgsl", "main", dtypes, {}, binds, -(-units // 256), _u32(count))
     return y
 
 
@@ -184,7 +203,7 @@ def broadcast_to(a: WebGPUArray, shape) -> WebGPUArray:
         return y
     _check_binding(ctx, y)
     if a.shape == shape and a.is_c_contiguous:
-        return _elementwise(ctx, UNARY["copy"], y, a, None)
+        return _dense_copy(ctx, y, a)
     rank = len(shape)
     return _elementwise(
         ctx, UNARY["copy"], y, a, None, 0.0, shape or (1,), _bstrides(a, shape) or [0], [0] * max(rank, 1)
@@ -216,7 +235,7 @@ def convert(a: WebGPUArray, dtype, c_order=False, order=None) -> WebGPUArray:
     _check_binding(ctx, a)
     dtype = as_dtype(dtype)
     if order is None and (not c_order or a.is_c_contiguous):
-        return _elementwise(ctx, UNARY["copy"], empty_like(a, dtype), a, None)
+        return _dense_copy(ctx, empty_like(a, dtype), a)
     order = tuple(range(a.ndim)) if order is None else tuple(order)
     phys = tuple(a.shape[d] for d in order)
     pstr = contiguous_strides(phys, dtype.itemsize)
