@@ -208,8 +208,12 @@ def test_auto_planner(monkeypatch, shape, cpu, split):
     monkeypatch.setattr(gl, "PLAN", None)
     ctx = types.SimpleNamespace(cpu_adapter=cpu)
     assert gl.use_split(_fake(shape, 32), ctx) == split
-    # channels-last (C % 4 == 0): split on every adapter (lavapipe: 1.5 to 3 times the fused plan)
-    assert gl.use_split(_fake(shape, 32, "nhwc"), ctx)
+    # channels-last (C % 4 == 0): split on every adapter (lavapipe: 1.5 to 3 times the fused plan), but on CPU
+    # adapters fused for samples of at most 16384 elements (C * H * W: as fast there, fewer pipelines to compile)
+    small = cpu and shape[1] * shape[2] * shape[3] <= 16384
+    assert gl.use_split(_fake(shape, 32, "nhwc"), ctx) == (not small)
+    assert gl.use_split(_fake((2, 64, 16, 16), 32, "nhwc"), ctx) == (not cpu)
+    assert gl.use_split(_fake((2, 64, 16, 17), 32, "nhwc"), ctx)
     assert not gl.use_split(_fake((2, 34, 8, 8), 2, "nhwc"), ctx)  # C % 4 != 0: the scalar fused kernel
     assert not gl.use_split(_fake(shape[:2] + (3, 3), 32), ctx)
     # 16-bit storage with HW % 8 == 0 (8-element steps): split on CPU adapters for every group size
@@ -220,6 +224,7 @@ def test_auto_planner(monkeypatch, shape, cpu, split):
     assert gl.use_split(_fake(odd, 32, itemsize=2), ctx) == gl.use_split(_fake(odd, 32), ctx)
     monkeypatch.setattr(gl, "PLAN", "split")
     assert gl.use_split(_fake(shape, 32), ctx)
+    assert gl.use_split(_fake((2, 32, 8, 8), 8, "nhwc"), ctx)  # asked for: small channels-last samples split too
     assert not gl.use_split(_fake((1, 16384, 2, 2), 1), ctx)  # a group of more rows than one thread may walk
     # channels-last groups whose channels x tiles the combine thread could not walk run fused
     assert not gl.use_split(_fake((1, 16384, 64, 64), 1, "nhwc"), ctx)

@@ -52,6 +52,15 @@ CPU_SPLIT_MIN_ELEMENTS = 1 << 18
 #: on the other bench shapes), on SwiftShader ahead for many small groups and even elsewhere.
 THREAD_MIN_GROUPS = 8
 THREAD_MAX_GROUP_BYTES = 24576 * 4
+#: channels-last on CPU adapters: the fused plan for samples of at most this many elements (C * H * W),
+#: the split plan above.  Side by side (scripts/webgpu-plans --layout nhwc --plans fused,split, 30 rounds,
+#: lavapipe, 2026-12-04), split / fused time: samples of 2048 and 8192 elements (2x32x8x8, 2x32x16x16, G = 8)
+#: 1.11 to 1.27 in the three dtypes, both directions; 16384 and 32768 (2x64x16x16, 1x128x16x16, G = 32) 0.93
+#: to 1.07; 65536 (4x64x32x32) 0.60 to 0.75.  SwiftShader (scripts/browser-bench --plans, float32 and
+#: bfloat16): at 2048 to 32768 elements the two within the rounds' noise of each other, at 65536 split ahead.
+#: Where they tie, fused compiles two pipelines a variant instead of six, and about half the compile time on
+#: SwiftShader (scripts/pipeline-compile-times): what the playground's first layout switch waits for.
+CPU_NHWC_FUSED_MAX_SAMPLE = 16384
 
 
 # read per GroupNorm call: right after a wait on cold caches, os.environ.get's caught KeyError was a visible part
@@ -88,11 +97,15 @@ def use_thread(plan, ctx) -> bool:
 
 
 def _use_split_nhwc(plan, ctx) -> bool:
-    """Channels-last (C % 4 == 0: whole channel quads per row): ``auto`` splits on every adapter.
+    """Channels-last (C % 4 == 0: whole channel quads per row): ``auto`` splits on every adapter,
+    but for small samples on CPU adapters (CPU_NHWC_FUSED_MAX_SAMPLE).
     lavapipe: 1.5 to 3 times the fused plan's throughput on the bench shapes, forward and
     backward (docs/webgpu.md); GPUs: one quad per thread, neighbours reading neighbouring
     16 bytes, every group spread over many workgroups (not measured on a GPU here)."""
-    if plan.C % 4 or plan_name() == "fused":
+    name = plan_name()
+    if plan.C % 4 or name == "fused":
+        return False
+    if name == "auto" and ctx.cpu_adapter and plan.C * plan.HW <= CPU_NHWC_FUSED_MAX_SAMPLE:
         return False
     try:
         group_norm_split_nhwc.NhwcSplitPlan(plan, ctx.cpu_adapter)
