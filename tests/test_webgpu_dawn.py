@@ -22,6 +22,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -127,3 +128,35 @@ def test_every_wgsl_variant_compiles_on_dawn(wg, tmp_path):
     assert "swiftshader" in result["adapter"].lower(), result["adapter"]
     assert result["compiled"] == len(rec.variants) > 150
     assert result["problems"] == [], "\n".join(result["problems"][:20])
+
+
+def test_pipeline_compile_times_command(wg):  # noqa: F811
+    """scripts/pipeline-compile-times: a row per dtype, layout and activation, each pipeline's Dawn/SwiftShader compile
+    time, totals that add up; a small channels-last sample compiles the fused plan's two pipelines, not six."""
+    _dawn_env()
+    script = HERE.parents[1] / "scripts" / "pipeline-compile-times"
+    out = subprocess.run(
+        [sys.executable, str(script), "--shape", "2,8,4,4", "--groups", "2", "--repeat", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "swiftshader" in out.stdout.lower()
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in out.stdout.splitlines()[3:] if line[:2] == "| "]
+    assert [r[0] for r in rows] == [
+        f"{dt} {lay}{act}"
+        for dt in ("float32", "float16", "bfloat16")
+        for lay in ("nchw", "nhwc")
+        for act in ("", " silu")
+    ]
+    for name, count, each, total in rows:
+        times = [float(t.rsplit(" ", 1)[1]) for t in each.split(", ")] if int(count) else []
+        assert len(times) == int(count) and all(t > 0 for t in times), name
+        assert abs(sum(times) - float(total)) <= len(times) * 0.5 + 1, name  # rounded per pipeline
+    nhwc = dict((r[0], r[2]) for r in rows)["float32 nhwc"]
+    assert "group_norm_nhwc:forward" in nhwc and "group_norm_nhwc:backward" in nhwc and "split" not in nhwc
+    bad = subprocess.run(
+        [sys.executable, str(script), "--shape", "2,8,4,4", "--groups", "3"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "--groups: 3 does not divide the 8 channels" in bad.stderr

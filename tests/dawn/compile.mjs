@@ -1,7 +1,8 @@
 // Compiles every WGSL variant the WebGPU backend generated (recorded by
 // tests/test_webgpu_dawn.py) with Dawn, the browser's WebGPU implementation, through
 // the npm `webgpu` package: shader module + compute pipeline with the backend's bind
-// group layout, inside a validation error scope.  Prints one JSON line.
+// group layout, inside a validation error scope.  Prints one JSON line, with each variant's compile time
+// in ms (module and pipeline, waited for: scripts/pipeline-compile-times).
 import { create, globals } from 'webgpu';
 import fs from 'fs';
 
@@ -14,7 +15,9 @@ const device = await adapter.requestDevice({
 });
 const kinds = { read: 'read-only-storage', read_write: 'storage', uniform: 'uniform' };
 const problems = [];
+const ms = [];
 for (const v of variants) {
+  const t0 = performance.now();
   device.pushErrorScope('validation');
   const module = device.createShaderModule({ code: v.code });
   const layout = device.createBindGroupLayout({
@@ -24,8 +27,9 @@ for (const v of variants) {
     layout: device.createPipelineLayout({ bindGroupLayouts: [layout] }), compute: { module, entryPoint: v.entry },
   });
   const err = await device.popErrorScope();
+  ms.push(performance.now() - t0);
   if (err) problems.push(`${v.name} (${v.entry}): ${err.message.split('\n').slice(0, 3).join(' | ')}`);
 }
 const info = adapter.info || {};
-console.log(JSON.stringify({ adapter: `${info.vendor} ${info.description}`, compiled: variants.length, problems }));
+console.log(JSON.stringify({ adapter: `${info.vendor} ${info.description}`, compiled: variants.length, problems, ms }));
 process.exit(0);
