@@ -420,30 +420,41 @@ def test_webgpu_switches_compile_nothing_after_the_first_results():
 
 
 def test_the_background_compile_goes_nearest_first_one_pipeline_at_a_time(monkeypatch):
-    """The variants a switch needs are compiled nearest the shown dtype and layout first (SiLU toggled, the other
-    layout, then the other dtypes) and follow a switch; each with concurrency=1 (a browser's GPU process compiles
-    in the order asked: a switch's own pipeline then waits behind one at most), and only what the recompute calls
-    (GroupNorm with weight and bias, the casts to and from float32, not every autograd kernel)."""
+    """The variants a switch needs are compiled nearest what is shown first: with the shown activation, the other
+    layout, the other dtypes, then two switches away; then SiLU toggled, nearest first; and they follow a switch.
+    Each with concurrency=1 (a browser's GPU process compiles in the order asked: a switch's own pipeline then waits
+    behind one at most), and only what the recompute calls (GroupNorm with weight and bias, the casts to and from
+    float32, not every autograd kernel)."""
     import numr_web.webgpu as wg
 
-    asked, shown = [], ["float32", "nchw"]
+    asked, shown = [], ["float32", "nchw", None]
 
     async def prepare(dtypes, layouts, activations, *, shapes, concurrency, **narrowed):
         asked.append((dtypes, layouts, activations, concurrency))
         assert shapes == [((2, 8, 4, 4), 4)]
         assert narrowed == {"weight": True, "bias": True, "autograd": False}, narrowed
-        if len(asked) == 4:  # the learner switches to bfloat16 channels-last
-            shown[:] = ["bfloat16", "nhwc"]
+        if len(asked) == 4:  # the learner switches to bfloat16 channels-last with SiLU
+            shown[:] = ["bfloat16", "nhwc", "silu"]
         return 1
 
     monkeypatch.setattr(wg, "prepare", prepare)
     n = asyncio.run(widget_module._prepare_nearest_first([((2, 8, 4, 4), 4)], lambda: tuple(shown)))
     assert n == len(asked) == 12 and len(set(asked)) == 12 and {a[3] for a in asked} == {1}
-    assert [a[:2] for a in asked[:4]] == [("float32", "nchw")] * 2 + [("float32", "nhwc")] * 2
-    # after the switch: bfloat16 channels-last, then the rest of bfloat16 and of channels-last, then float16 NCHW
-    assert [a[:2] for a in asked[4:6]] == [("bfloat16", "nhwc")] * 2
-    assert {a[:2] for a in asked[6:10]} == {("bfloat16", "nchw"), ("float16", "nhwc")}
-    assert [a[:2] for a in asked[10:]] == [("float16", "nchw")] * 2
+    # the variant shown (compiled by the first results: nothing left), then one dtype or layout switch away, SiLU as
+    # shown (off)
+    assert [a[:3] for a in asked[:4]] == [
+        ("float32", "nchw", None),
+        ("float32", "nhwc", None),
+        ("float16", "nchw", None),
+        ("bfloat16", "nchw", None),
+    ]
+    # after the switch: bfloat16 channels-last with SiLU, then one switch away from it with SiLU, then two
+    assert asked[4][:3] == ("bfloat16", "nhwc", "silu")
+    one_away = {("float32", "nhwc", "silu"), ("float16", "nhwc", "silu"), ("bfloat16", "nchw", "silu")}
+    assert {a[:3] for a in asked[5:8]} == one_away
+    assert {a[:3] for a in asked[8:10]} == {("float32", "nchw", "silu"), ("float16", "nchw", "silu")}
+    # then without SiLU, nearest first: bfloat16 channels-last, then float16 channels-last
+    assert [a[:3] for a in asked[10:]] == [("bfloat16", "nhwc", None), ("float16", "nhwc", None)]
 
 
 def test_a_failing_compute_sets_status(monkeypatch):
