@@ -155,7 +155,6 @@ async def prepare(
     Each argument also takes a single value.  Returns how many pipelines this call compiled (one a
     call compiled meanwhile is not counted).
     """
-    from numr_web.backends.webgpu import array_kernels, group_norm_launch
     from numr_web.backends.webgpu.array import as_dtype
 
     kinds = []
@@ -179,15 +178,24 @@ async def prepare(
     ctx = await _device.context_async()
     keys = []
     for dt in dict.fromkeys(kinds):
-        for layout in lays:
-            calls = wanted if wanted is None or layout == "nchw" else tuple(c for c in wanted if len(c[0]) >= 3)
-            for act in acts:
-                keys += group_norm_launch.variant_keys(
-                    ctx, dt, layout, act, shapes=calls, backward=backward, weight=weight, bias=bias
-                )
-        casts = array_kernels.variant_keys(ctx, dt) if autograd else array_kernels.conversion_keys(ctx, dt)
-        keys += [ctx.pipeline_key(*k) for k in casts]
+        keys += _dtype_keys(ctx, dt, lays, acts, wanted, backward=backward, weight=weight, bias=bias, autograd=autograd)
     return await ctx.prepare_pipelines(keys, concurrency)
+
+
+def _dtype_keys(ctx, dtype, layouts, activations, wanted, *, backward, weight, bias, autograd):
+    """The pipeline keys ``prepare`` compiles for one ``dtype`` (a DType), its arguments checked: GroupNorm's for
+    each layout and activation, then autograd's kernels or only the conversions to and from float32."""
+    from numr_web.backends.webgpu import array_kernels, group_norm_launch
+
+    keys = []
+    for layout in layouts:
+        calls = wanted if wanted is None or layout == "nchw" else tuple(c for c in wanted if len(c[0]) >= 3)
+        for act in activations:
+            keys += group_norm_launch.variant_keys(
+                ctx, dtype, layout, act, shapes=calls, backward=backward, weight=weight, bias=bias
+            )
+    casts = array_kernels.variant_keys(ctx, dtype) if autograd else array_kernels.conversion_keys(ctx, dtype)
+    return keys + [ctx.pipeline_key(*k) for k in casts]
 
 
 def can_block() -> bool:

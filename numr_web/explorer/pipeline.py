@@ -12,6 +12,7 @@ holding the device arrays ``stats()`` and ``grads()`` return.  What depends on f
 from __future__ import annotations
 
 import array
+import itertools
 import math
 import random
 import sys
@@ -21,6 +22,13 @@ from numr_web.backends import device_of
 from numr_web.host import is_ndarray
 
 from . import inputs
+
+#: the variants a switch can show (dtype, layout, activation), in the order the background compile lists them
+VARIANTS = tuple(itertools.product(inputs.DTYPES, inputs.LAYOUTS, (None, "silu")))
+#: what a recompute calls, as ``numr_web.webgpu.prepare`` narrows to it: GroupNorm with weight and bias, forward and
+#: backward, and the casts from and to float32 (its x̂ forward is float32 without weight and bias: compiled by the
+#: first results)
+PREPARE_CALLS = {"weight": True, "bias": True, "autograd": False}
 
 
 class Pipeline:

@@ -26,7 +26,7 @@ from numr_web.errors import ShapeMismatch
 from numr_web.host import is_ndarray
 
 from . import codec, inputs
-from .pipeline import Pipeline, layout_of, read_bytes
+from .pipeline import PREPARE_CALLS, VARIANTS, Pipeline, layout_of, read_bytes
 
 #: the front-end bundle (built from widget/ by the front-end's build)
 STATIC = pathlib.Path(__file__).resolve().parents[1] / "static"
@@ -425,7 +425,10 @@ class Explorer(anywidget.AnyWidget):
         except RuntimeError:
             return
         calls = [(tuple(int(s) for s in self.shape), int(self.num_groups))]
-        shown = lambda: (self.dtype, self.memory_layout, "silu" if self.silu else None)  # noqa: E731
+
+        def shown():
+            return self.dtype, self.memory_layout, "silu" if self.silu else None
+
         self._prepare_task = loop.create_task(_prepare_nearest_first(calls, shown))
         # a variant that failed to compile here fails again, with its error, on the call that needs it
         self._prepare_task.add_done_callback(lambda t: t.cancelled() or t.exception())
@@ -438,23 +441,19 @@ async def _prepare_nearest_first(calls, here):
     switch, those nearest the new one.  A dtype or layout switch goes first because SiLU's toggle is the cheaper
     lesson to wait for: at the playground's input the five variants a learner reaches by dtype and layout switches
     compile in about 1.7 s on SwiftShader (Dawn, scripts/pipeline-compile-times); in the order before (SiLU toggled
-    first, then every variant one switch away with and without SiLU) the last of them came after about 3.4 s.
-    One pipeline compiles at a time: a browser's GPU
-    process compiles in the order asked, so a switch's own compile waits behind one pipeline at most instead of
-    behind all (about a hundred, tens of seconds on SwiftShader, which made a first switch in the playground take
-    5 to 8 s).  Returns how many pipelines it compiled."""
-    import itertools
-
+    first, then every variant one switch away with and without SiLU) the last of them came after about 3.4 s
+    (both: sums of that command's rows).  One pipeline compiles at a time: a browser's GPU process compiles in the
+    order asked, so a switch's own compile waits behind one pipeline at most instead of behind all (about a
+    hundred, tens of seconds on SwiftShader, which made a first switch in the playground take 5 to 8 s).  Returns
+    how many pipelines it compiled."""
     import numr_web.webgpu as wg
 
-    left = list(itertools.product(inputs.DTYPES, inputs.LAYOUTS, (None, "silu")))
+    left = list(VARIANTS)
     compiled = 0
     while left:
         dtype, layout, act = here()
         # ties: the first listed
         dt, lay, a = min(left, key=lambda v: (v[2] != act, (v[0] != dtype) + (v[1] != layout)))
         left.remove((dt, lay, a))
-        # what the recompute calls: GroupNorm with weight and bias, forward and backward, and the casts from and to
-        # float32 (its x̂ forward is float32 without weight and bias: compiled by the first results)
-        compiled += await wg.prepare(dt, lay, a, shapes=calls, weight=True, bias=True, autograd=False, concurrency=1)
+        compiled += await wg.prepare(dt, lay, a, shapes=calls, concurrency=1, **PREPARE_CALLS)
     return compiled

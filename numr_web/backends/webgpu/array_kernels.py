@@ -40,9 +40,10 @@ def variant_keys(ctx, dtype):
     conversions to and from float32, sums (whose partial sums are float32)."""
     k, f = _key(ctx, dtype), "f32"
     out = []
-    for a, b, y in {(k, k, k), (f, f, f)}:  # arithmetic
-        out += [_elementwise_key(a, b, y, flat) for flat in (True, False)]
-    for a, b, y in {(k, k, k), (f, f, f), *_casts(k)}:  # copies, converting or not: dense, and strided
+    same = {(k, k, k), (f, f, f)}
+    for a, b, y in same:  # arithmetic (dense and broadcast), and copies within a dtype (dense: convert.wgsl)
+        out += [_elementwise_key(a, b, y, flat) for flat in (True, False)] + [_convert_key(a, y)]
+    for a, b, y in set(_casts(k)) - same:  # converting copies: dense (convert.wgsl) and strided (elementwise)
         out += [_convert_key(a, y), _elementwise_key(a, b, y, False)]
     out += [("reduce.wgsl", "main", {"A": a, "Y": y}, {}) for a, y in {(k, k), (k, f), (f, k), (f, f)}]
     return out
@@ -118,10 +119,10 @@ def _dense_copy(ctx, y, a):
     count = y.size
     if count == 0:
         return y
-    dtypes = {"A": _key(ctx, a.dtype), "Y": _key(ctx, y.dtype)}
+    kernel, entry, dtypes, constants = _convert_key(_key(ctx, a.dtype), _key(ctx, y.dtype))
     binds = [(buf, 0, _whole(ctx, buf)) for buf in (a.buffer, y.buffer)]
     units = -(-count // 4)
-    ctx.launch("convert.wgsl", "main", dtypes, {}, binds, -(-units // 256), _u32(count))
+    ctx.launch(kernel, entry, dtypes, constants, binds, -(-units // 256), _u32(count))
     return y
 
 
