@@ -505,6 +505,33 @@ def test_explorer_latency_times_each_view_in_the_playground():
     assert bad.returncode == 2 and "--read" in bad.stderr, bad.stderr
 
 
+def test_explorer_latency_summarizes_saved_runs(tmp_path):
+    """--summarize: per row of saved runs, the median of the runs' medians, their range and count (how README and
+    docs/benchmarks.md quote several runs); rows only some runs have are counted as such; a missing file is refused."""
+    head = "playground (Pyodide, Chromium): "
+    runs = [(120.0, 40.0), (80.0, 60.0), (100.0, None)]
+    paths = []
+    for i, (switch, change) in enumerate(runs):
+        lines = [
+            "notebook 04's Explorer",
+            "",
+            f"{head}first dtype switch -> statistics redrawn   median {switch:7.1f} ms  min",
+        ]
+        if change is not None:
+            lines.append(f"{head}control change -> redrawn table   median {change:7.1f} ms  min {change:7.1f}  max")
+        lines.append("goal: the statistics < 150 ms")
+        paths.append(tmp_path / f"run-{i}.txt")
+        paths[-1].write_text("\n".join(lines) + "\n")
+    out = _run("explorer-latency", "--summarize", *map(str, paths))
+    assert out.returncode == 0, out.stderr
+    rows = {line.split("  ")[0].strip(): line for line in out.stdout.splitlines()}
+    assert "median of 3 runs   100.0 ms  (80.0 to 120.0)" in rows[f"{head}first dtype switch -> statistics redrawn"]
+    assert "median of 2 runs    50.0 ms  (40.0 to 60.0)" in rows[f"{head}control change -> redrawn table"]
+    assert len(rows) == 2, out.stdout
+    bad = _run("explorer-latency", "--summarize", str(tmp_path / "none.txt"))
+    assert bad.returncode != 0 and "none.txt is not a file" in bad.stderr, bad.stderr
+
+
 # -- scripts/gpu-check: what a lent GPU machine runs first (tested here up to the GPU) -------------------
 def test_gpu_check_runs_every_webgpu_step_on_an_allowed_cpu_adapter(tmp_path):
     """On lavapipe with --allow-cpu-adapter --quick: the reference cases (double backward too, float64 inputs in
